@@ -1,0 +1,259 @@
+/*
+ * hcclpy CPU simulator: AscendCL runtime API.
+ *
+ * Initialisation, devices, contexts, streams, events, memory, host callbacks
+ * and error queries. Every function returns an aclError (0 on success)
+ * unless noted otherwise.
+ */
+#ifndef HCCLPY_SIM_ACL_RT_H
+#define HCCLPY_SIM_ACL_RT_H
+
+#include "acl_base.h"
+
+/* Version of the ACL interface these declarations describe (1.17.0). */
+#define ACL_MAJOR_VERSION 1
+#define ACL_MINOR_VERSION 17
+#define ACL_PATCH_VERSION 0
+
+/* Event creation flags for aclrtCreateEventWithFlag (may be OR-ed). */
+#define ACL_EVENT_SYNC                    0x00000001U /* usable for cross-stream waits */
+#define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002U /* tracks stream progress */
+#define ACL_EVENT_TIME_LINE               0x00000008U /* records a timestamp */
+#define ACL_EVENT_DEVICE_USE_ONLY         0x00000010U /* only waited on by the device */
+#define ACL_EVENT_EXTERNAL                0x00000020U /* shared with an external API */
+#define ACL_EVENT_IPC                     0x00000040U /* shareable between processes */
+
+/* Stream creation flags for aclrtCreateStreamWithConfig. */
+#define ACL_STREAM_FAST_LAUNCH     0x00000001U /* low-latency task submission */
+#define ACL_STREAM_FAST_SYNC       0x00000002U /* low-latency synchronisation */
+#define ACL_STREAM_PERSISTENT      0x00000004U /* tasks stay for repeated launch */
+#define ACL_STREAM_HUGE            0x00000008U /* deep task queue */
+#define ACL_STREAM_CPU_SCHEDULE    0x00000010U /* scheduled by the host CPU */
+#define ACL_STREAM_DEVICE_USE_ONLY 0x00000020U /* only used from the device */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where the calling program runs relative to the device. */
+typedef enum aclrtRunMode {
+    ACL_DEVICE = 0, /* on the device's own CPU */
+    ACL_HOST = 1    /* on a host attached to the device */
+} aclrtRunMode;
+
+/* Result of the (deprecated) aclrtQueryEvent. */
+typedef enum aclrtEventStatus {
+    ACL_EVENT_STATUS_COMPLETE = 0,
+    ACL_EVENT_STATUS_NOT_READY = 1,
+    ACL_EVENT_STATUS_RESERVED = 2
+} aclrtEventStatus;
+
+/* Result of aclrtQueryEventStatus (note: numbered opposite to the above). */
+typedef enum aclrtEventRecordedStatus {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1
+} aclrtEventRecordedStatus;
+
+/* Whether the stream waits for a host callback to return. */
+typedef enum aclrtCallbackBlockType {
+    ACL_CALLBACK_NO_BLOCK = 0, /* stream keeps going */
+    ACL_CALLBACK_BLOCK = 1     /* stream waits for the callback */
+} aclrtCallbackBlockType;
+
+/* Direction of a memory copy. */
+typedef enum aclrtMemcpyKind {
+    ACL_MEMCPY_HOST_TO_HOST = 0,
+    ACL_MEMCPY_HOST_TO_DEVICE = 1,
+    ACL_MEMCPY_DEVICE_TO_HOST = 2,
+    ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+    ACL_MEMCPY_DEFAULT = 4,                /* inferred from the pointers */
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5,  /* staged through a runtime buffer */
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6, /* within one device */
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7  /* between two devices */
+} aclrtMemcpyKind;
+
+/* Page-size / placement policy for aclrtMalloc. */
+typedef enum aclrtMemMallocPolicy {
+    ACL_MEM_MALLOC_HUGE_FIRST = 0,        /* huge pages if possible */
+    ACL_MEM_MALLOC_HUGE_ONLY = 1,         /* huge pages only */
+    ACL_MEM_MALLOC_NORMAL_ONLY = 2,       /* normal pages only */
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3,    /* as above, peer-accessible */
+    ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
+    ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+    ACL_MEM_MALLOC_HUGE1G_ONLY = 6,       /* 1 GiB pages only */
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7,
+    ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100, /* low-bandwidth memory */
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000, /* high-bandwidth memory */
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000 /* read-only from user space */
+} aclrtMemMallocPolicy;
+
+/* Memory kind queried by aclrtGetMemInfo. */
+typedef enum aclrtMemAttr {
+    ACL_DDR_MEM = 0,
+    ACL_HBM_MEM = 1,
+    ACL_DDR_MEM_HUGE = 2,
+    ACL_DDR_MEM_NORMAL = 3,
+    ACL_HBM_MEM_HUGE = 4,
+    ACL_HBM_MEM_NORMAL = 5,
+    ACL_DDR_MEM_P2P_HUGE = 6,
+    ACL_DDR_MEM_P2P_NORMAL = 7,
+    ACL_HBM_MEM_P2P_HUGE = 8,
+    ACL_HBM_MEM_P2P_NORMAL = 9,
+    ACL_HBM_MEM_HUGE1G = 10,
+    ACL_HBM_MEM_P2P_HUGE1G = 11,
+    ACL_MEM_NORMAL = 12,
+    ACL_MEM_HUGE = 13,
+    ACL_MEM_HUGE1G = 14,
+    ACL_MEM_P2P_NORMAL = 15,
+    ACL_MEM_P2P_HUGE = 16,
+    ACL_MEM_P2P_HUGE1G = 17
+} aclrtMemAttr;
+
+/* Scope of the "last error" queried by aclrtGetLastError. */
+typedef enum aclrtLastErrLevel {
+    ACL_RT_THREAD_LEVEL = 0 /* last error of the calling thread */
+} aclrtLastErrLevel;
+
+/* Handle of physical memory obtained from the driver. */
+typedef void *aclrtDrvMemHandle;
+
+/* Host function run by aclrtLaunchCallback. */
+typedef void (*aclrtCallback)(void *userData);
+
+/* ---- process setup ---------------------------------------------------- */
+
+/* Initialise ACL; configPath may be NULL. */
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
+/* Release everything aclInit set up. */
+ACL_FUNC_VISIBILITY aclError aclFinalize(void);
+/* Text of the calling thread's most recent error, or NULL. */
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
+/* Version of the ACL interface (deprecated upstream). */
+ACL_FUNC_VISIBILITY aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
+                                             int32_t *patchVersion);
+
+/* ---- devices ---------------------------------------------------------- */
+
+/* Make deviceId current for the calling thread (reference counted). */
+ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
+/* Drop one reference to deviceId; resources go away at zero. */
+ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
+/* Device current for the calling thread. */
+ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
+/* Number of visible devices. */
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count);
+/* Wait for all work on the current device. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void);
+/* Same, giving up after timeout milliseconds (-1 waits forever). */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout);
+/* Whether the program runs on the host or on the device. */
+ACL_FUNC_VISIBILITY aclError aclrtGetRunMode(aclrtRunMode *runMode);
+
+/* ---- contexts --------------------------------------------------------- */
+
+/* Create a context on deviceId and make it current. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+/* Destroy a context created by aclrtCreateContext. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyContext(aclrtContext context);
+/* Make context current for the calling thread. */
+ACL_FUNC_VISIBILITY aclError aclrtSetCurrentContext(aclrtContext context);
+/* Context current for the calling thread. */
+ACL_FUNC_VISIBILITY aclError aclrtGetCurrentContext(aclrtContext *context);
+
+/* ---- streams ---------------------------------------------------------- */
+
+/* Create a stream in the current context. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream);
+/* Create a stream with a priority (0-7) and ACL_STREAM_* flags. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority,
+                                                         uint32_t flag);
+/* Destroy a stream once its queued work has finished. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
+/* Destroy a stream without waiting for queued work. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream);
+/* Block until all work queued on stream has finished. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
+/* Same, giving up after timeout milliseconds (-1 forever, 0 just polls). */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream,
+                                                               int32_t timeout);
+/* Make later work on stream wait until event has completed. */
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+
+/* ---- events ----------------------------------------------------------- */
+
+/* Create an event with default behaviour. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
+/* Create an event with ACL_EVENT_* flags. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
+/* Create an extended event with ACL_EVENT_* flags. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
+/* Record event at the current tail of stream. */
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+/* Return event to the not-recorded state, in stream order. */
+ACL_FUNC_VISIBILITY aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+/* Poll an event (deprecated upstream; COMPLETE is 0 here). */
+ACL_FUNC_VISIBILITY aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status);
+/* Poll an event (COMPLETE is 1 here). */
+ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event,
+                                                   aclrtEventRecordedStatus *status);
+/* Block until event has completed. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event);
+/* Same, giving up after timeout milliseconds. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout);
+/* Milliseconds between two completed, timestamped events. */
+ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent,
+                                                   aclrtEvent endEvent);
+/* Destroy an event. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event);
+
+/* ---- memory ----------------------------------------------------------- */
+
+/* Allocate size bytes of device memory. */
+ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+/* Allocate size bytes of pinned host memory. */
+ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
+/* Release device memory. */
+ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr);
+/* Release pinned host memory. */
+ACL_FUNC_VISIBILITY aclError aclrtFreeHost(void *hostPtr);
+/* Copy count bytes; destMax is the capacity of dst. Synchronous. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                         aclrtMemcpyKind kind);
+/* Copy count bytes in stream order. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src,
+                                              size_t count, aclrtMemcpyKind kind,
+                                              aclrtStream stream);
+/* Fill count bytes with value; maxCount is the capacity of devPtr. Synchronous. */
+ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value,
+                                         size_t count);
+/* Fill count bytes with value in stream order. */
+ACL_FUNC_VISIBILITY aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value,
+                                              size_t count, aclrtStream stream);
+/* Free and total bytes of one memory kind on the current device. */
+ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+
+/* ---- host callbacks --------------------------------------------------- */
+
+/* Queue fn(userData) on stream; run by a thread subscribed to it. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchCallback(aclrtCallback fn, void *userData,
+                                                 aclrtCallbackBlockType blockType,
+                                                 aclrtStream stream);
+/* Register thread threadId as the callback runner for stream. */
+ACL_FUNC_VISIBILITY aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
+/* Run pending callbacks for the calling thread, waiting up to timeout ms. */
+ACL_FUNC_VISIBILITY aclError aclrtProcessReport(int32_t timeout);
+/* Undo aclrtSubscribeReport. */
+ACL_FUNC_VISIBILITY aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
+
+/* ---- error state ------------------------------------------------------ */
+
+/* Last error at the given level, leaving it in place. */
+ACL_FUNC_VISIBILITY aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
+/* Last error at the given level, clearing it. */
+ACL_FUNC_VISIBILITY aclError aclrtGetLastError(aclrtLastErrLevel level);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HCCLPY_SIM_ACL_RT_H */

@@ -1,0 +1,426 @@
+/* Process-wide basics of the simulated runtime: clock, per-thread error text,
+ * environment, the handle table, futex waiting and process liveness. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acl/acl.h"
+#include "acl/runtime.h"
+
+int64_t sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * SIM_NS_PER_S + ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static __thread char t_error_text[1024];
+static __thread int t_error_code;
+static __thread bool t_error_unread;
+
+int sim_verror(int code, const char *fmt, va_list ap)
+{
+    vsnprintf(t_error_text, sizeof t_error_text, fmt, ap);
+    t_error_code = code;
+    t_error_unread = true;
+    return code;
+}
+
+int sim_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sim_verror(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *sim_error_text(void)
+{
+    return t_error_text;
+}
+
+/* The text stays readable until the next call on this thread; reading it marks
+ * it as consumed, so a later failure is never reported with a stale message. */
+SIM_EXPORT const char *aclGetRecentErrMsg(void)
+{
+    if (!t_error_unread)
+        return NULL;
+    t_error_unread = false;
+    return t_error_text;
+}
+
+SIM_EXPORT aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
+{
+    if (level != ACL_RT_THREAD_LEVEL)
+        return ACL_ERROR_INVALID_PARAM;
+    return t_error_code;
+}
+
+SIM_EXPORT aclError aclrtGetLastError(aclrtLastErrLevel level)
+{
+    if (level != ACL_RT_THREAD_LEVEL)
+        return ACL_ERROR_INVALID_PARAM;
+    int code = t_error_code;
+    t_error_code = ACL_SUCCESS;
+    return code;
+}
+
+/* ------------------------------------------------------------ environment */
+
+bool sim_parse_size(const char *text, uint64_t *out)
+{
+    if (text == NULL || *text == '\0')
+        return false;
+    char *end;
+    errno = 0;
+    double value = strtod(text, &end);
+    if (errno != 0 || end == text || value < 0)
+        return false;
+    while (isspace((unsigned char)*end))
+        end++;
+    double scale = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': scale = 1024.0; end++; break;
+    case 'M': scale = 1024.0 * 1024; end++; break;
+    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (toupper((unsigned char)*end) == 'I')
+        end++;
+    if (toupper((unsigned char)*end) == 'B')
+        end++;
+    if (*end != '\0')
+        return false;
+    *out = (uint64_t)(value * scale);
+    return true;
+}
+
+double sim_env_seconds(const char *name, double fallback)
+{
+    const char *text = getenv(name);
+    if (text == NULL || *text == '\0')
+        return fallback;
+    char *end;
+    double value = strtod(text, &end);
+    if (end == text || *end != '\0' || value < 0)
+        return fallback;
+    return value;
+}
+
+static sim_config_t g_config;
+static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
+
+static void load_config(void)
+{
+    sim_config_t *c = &g_config;
+    c->physical_count = 8;
+    const char *devices = getenv("HCCLPY_SIM_DEVICES");
+    if (devices != NULL && *devices != '\0') {
+        long n = strtol(devices, NULL, 10);
+        if (n >= 1 && n <= 256)
+            c->physical_count = (int)n;
+    }
+    c->device_memory = 8ULL << 30;
+    uint64_t memory;
+    if (sim_parse_size(getenv("HCCLPY_SIM_DEVICE_MEMORY"), &memory) && memory >= (1ULL << 20))
+        c->device_memory = memory;
+
+    /* ASCEND_RT_VISIBLE_DEVICES renumbers: logical id i is the i-th listed
+     * physical device, as on real hardware. */
+    c->device_count = 0;
+    const char *visible = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    if (visible != NULL && *visible != '\0') {
+        const char *p = visible;
+        while (*p != '\0' && c->device_count < 256) {
+            char *end;
+            long id = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (id < 0 || id >= c->physical_count)
+                break;
+            c->visible[c->device_count++] = (int)id;
+            p = end;
+            while (*p == ',' || isspace((unsigned char)*p))
+                p++;
+        }
+    } else {
+        for (int i = 0; i < c->physical_count; i++)
+            c->visible[c->device_count++] = i;
+    }
+
+    const char *node = getenv("HCCLPY_SIM_NODE");
+    if (node == NULL || *node == '\0') {
+        if (gethostname(c->node, sizeof c->node - 1) != 0)
+            strcpy(c->node, "localhost");
+    } else {
+        snprintf(c->node, sizeof c->node, "%s", node);
+    }
+}
+
+const sim_config_t *sim_config(void)
+{
+    pthread_once(&g_config_once, load_config);
+    return &g_config;
+}
+
+/* ---------------------------------------------------------------- random */
+
+uint64_t sim_random64(void)
+{
+    uint64_t value = 0;
+    if (getrandom(&value, sizeof value, 0) != (ssize_t)sizeof value) {
+        static _Atomic uint64_t counter;
+        value = (uint64_t)sim_now_ns() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)getpid() << 32 ^
+                atomic_fetch_add(&counter, 1);
+    }
+    return value;
+}
+
+/* -------------------------------------------------------------- liveness */
+
+uint64_t sim_process_start_time(pid_t pid)
+{
+    char path[64], buffer[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buffer[n] = '\0';
+    /* The command name may contain spaces and parentheses: fields are counted
+     * from the last ')'.  Field 22 is the start time. */
+    char *p = strrchr(buffer, ')');
+    if (p == NULL)
+        return 0;
+    int field = 2;
+    for (p++; *p != '\0' && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    if (field != 22)
+        return 0;
+    /* A zombie has exited: report it as gone. */
+    char *state = strrchr(buffer, ')');
+    if (state != NULL && state[1] == ' ' && (state[2] == 'Z' || state[2] == 'X'))
+        return 0;
+    return strtoull(p, NULL, 10);
+}
+
+bool sim_process_alive(pid_t pid, uint64_t start_time)
+{
+    if (pid == getpid())
+        return true;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return false;
+    uint64_t now = sim_process_start_time(pid);
+    return now != 0 && (start_time == 0 || now == start_time);
+}
+
+/* ---------------------------------------------------------------- futexes */
+
+int sim_futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns, bool shared)
+{
+    struct timespec ts, *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = timeout_ns / SIM_NS_PER_S;
+        ts.tv_nsec = timeout_ns % SIM_NS_PER_S;
+        tsp = &ts;
+    }
+    int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
+    return (int)syscall(SYS_futex, (uint32_t *)word, op, expected, tsp, NULL, 0);
+}
+
+void sim_futex_wake(_Atomic uint32_t *word, bool shared)
+{
+    int op = shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE;
+    syscall(SYS_futex, (uint32_t *)word, op, INT32_MAX, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Spinning is only worth it while another core can make the progress we wait
+ * for; with more runnable ranks than cores (8 ranks on CI's 2 cores) long spins
+ * livelock, so the spin phase is short and yields come early. */
+enum { SPIN_ROUNDS = 256, YIELD_ROUNDS = 64 };
+#define BACKOFF_SLEEP_AFTER_NS (200 * 1000)
+
+void sim_backoff_init(sim_backoff_t *b)
+{
+    b->rounds = 0;
+    b->started_ns = 0;
+    b->no_spin = false;
+}
+
+bool sim_backoff_step(sim_backoff_t *b)
+{
+    if (b->no_spin && b->rounds < SPIN_ROUNDS)
+        b->rounds = SPIN_ROUNDS;
+    uint32_t round = b->rounds++;
+    if (round < SPIN_ROUNDS) {
+        for (int i = 0; i < 16; i++)
+            cpu_relax();
+        return false;
+    }
+    if (round == SPIN_ROUNDS)
+        b->started_ns = sim_now_ns();
+    if (round < SPIN_ROUNDS + YIELD_ROUNDS || sim_now_ns() - b->started_ns < BACKOFF_SLEEP_AFTER_NS) {
+        sched_yield();
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+/* Handle value: generation in the high 32 bits, slot index + 1 in bits 4..31,
+ * kind in the low 4 bits.  Slots live in chunks that are never freed, so a
+ * lookup needs no lock. */
+#define HANDLE_CHUNK 4096
+#define HANDLE_CHUNKS 1024
+
+typedef struct {
+    _Atomic uint32_t generation;
+    _Atomic uint32_t kind; /* 0 = free */
+    void *_Atomic object;
+    uint32_t next_free;
+} handle_slot_t;
+
+static handle_slot_t *_Atomic g_handle_chunks[HANDLE_CHUNKS];
+static pthread_mutex_t g_handle_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_handle_used;      /* slots ever handed out */
+static uint32_t g_handle_free_head; /* index + 1 of the first free slot, 0 = none */
+
+static handle_slot_t *handle_slot(uint32_t index)
+{
+    handle_slot_t *chunk = atomic_load_explicit(&g_handle_chunks[index / HANDLE_CHUNK], memory_order_acquire);
+    return chunk == NULL ? NULL : &chunk[index % HANDLE_CHUNK];
+}
+
+void *sim_handle_new(enum sim_kind kind, void *object)
+{
+    pthread_mutex_lock(&g_handle_lock);
+    uint32_t index;
+    if (g_handle_free_head != 0) {
+        index = g_handle_free_head - 1;
+        g_handle_free_head = handle_slot(index)->next_free;
+    } else {
+        if (g_handle_used >= (uint32_t)HANDLE_CHUNK * HANDLE_CHUNKS) {
+            pthread_mutex_unlock(&g_handle_lock);
+            return NULL;
+        }
+        index = g_handle_used++;
+        if (index % HANDLE_CHUNK == 0 && handle_slot(index) == NULL) {
+            handle_slot_t *chunk = calloc(HANDLE_CHUNK, sizeof *chunk);
+            if (chunk == NULL) {
+                g_handle_used--;
+                pthread_mutex_unlock(&g_handle_lock);
+                return NULL;
+            }
+            atomic_store_explicit(&g_handle_chunks[index / HANDLE_CHUNK], chunk, memory_order_release);
+        }
+    }
+    handle_slot_t *slot = handle_slot(index);
+    uint32_t generation = atomic_load(&slot->generation) + 1;
+    if (generation == 0)
+        generation = 1;
+    atomic_store(&slot->generation, generation);
+    atomic_store(&slot->object, object);
+    atomic_store_explicit(&slot->kind, (uint32_t)kind, memory_order_release);
+    pthread_mutex_unlock(&g_handle_lock);
+    uint64_t value = (uint64_t)generation << 32 | (uint64_t)(index + 1) << 4 | (uint64_t)kind;
+    return (void *)(uintptr_t)value;
+}
+
+void *sim_handle_get(const void *handle, enum sim_kind kind)
+{
+    uint64_t value = (uint64_t)(uintptr_t)handle;
+    if ((value & 0xF) != (uint64_t)kind)
+        return NULL;
+    uint64_t index_plus_one = (value >> 4) & 0x0FFFFFFF;
+    if (index_plus_one == 0 || index_plus_one > (uint64_t)HANDLE_CHUNK * HANDLE_CHUNKS)
+        return NULL;
+    handle_slot_t *slot = handle_slot((uint32_t)(index_plus_one - 1));
+    if (slot == NULL)
+        return NULL;
+    if (atomic_load_explicit(&slot->kind, memory_order_acquire) != (uint32_t)kind)
+        return NULL;
+    if (atomic_load(&slot->generation) != (uint32_t)(value >> 32))
+        return NULL;
+    return atomic_load(&slot->object);
+}
+
+void sim_handle_free(const void *handle)
+{
+    uint64_t value = (uint64_t)(uintptr_t)handle;
+    uint32_t index = (uint32_t)(((value >> 4) & 0x0FFFFFFF) - 1);
+    pthread_mutex_lock(&g_handle_lock);
+    handle_slot_t *slot = handle_slot(index);
+    if (slot != NULL && atomic_load(&slot->kind) != 0 && atomic_load(&slot->generation) == (uint32_t)(value >> 32)) {
+        atomic_store(&slot->kind, 0);
+        atomic_store(&slot->object, NULL);
+        atomic_fetch_add(&slot->generation, 1);
+        slot->next_free = g_handle_free_head;
+        g_handle_free_head = index + 1;
+    }
+    pthread_mutex_unlock(&g_handle_lock);
+}
+
+/* ------------------------------------------------------------------ fork */
+
+static _Atomic uint64_t g_fork_generation;
+
+uint64_t sim_fork_generation(void)
+{
+    return atomic_load(&g_fork_generation);
+}
+
+/* A forked child has none of the parent's threads: it starts with an empty
+ * runtime.  The parent's mappings stay in its address space, unused. */
+static void after_fork_in_child(void)
+{
+    atomic_fetch_add(&g_fork_generation, 1);
+    pthread_mutex_init(&g_handle_lock, NULL);
+    for (int c = 0; c < HANDLE_CHUNKS; c++) {
+        handle_slot_t *chunk = g_handle_chunks[c];
+        if (chunk == NULL)
+            continue;
+        for (int i = 0; i < HANDLE_CHUNK; i++) {
+            if (atomic_load(&chunk[i].kind) != 0) {
+                atomic_store(&chunk[i].kind, 0);
+                atomic_fetch_add(&chunk[i].generation, 1);
+                chunk[i].next_free = g_handle_free_head;
+                g_handle_free_head = (uint32_t)(c * HANDLE_CHUNK + i + 1);
+            }
+        }
+    }
+    t_error_unread = false;
+    sim_runtime_after_fork();
+}
+
+__attribute__((constructor)) static void install_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}

@@ -1,0 +1,309 @@
+/* Devices and contexts.  The current context (and with it the current device)
+ * belongs to the calling thread, as in AscendCL. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acl/acl.h"
+#include "acl/runtime.h"
+
+static sim_device_t g_devices[SIM_MAX_DEVICES];
+static pthread_once_t g_devices_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool g_acl_initialized, g_acl_finalized;
+static __thread void *t_context;
+
+static void init_devices(void)
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        pthread_mutex_init(&g_devices[d].lock, NULL);
+        pthread_mutex_init(&g_devices[d].streams_lock, NULL);
+    }
+}
+
+sim_device_t *sim_device(int device)
+{
+    pthread_once(&g_devices_once, init_devices);
+    return &g_devices[device];
+}
+
+int sim_device_check(int device)
+{
+    int count = sim_config()->device_count;
+    if (device < 0 || device >= count)
+        return sim_error(ACL_ERROR_RT_INVALID_DEVICEID, "device id %d is out of range: this simulator has %d device%s "
+                         "(0..%d; HCCLPY_SIM_DEVICES / ASCEND_RT_VISIBLE_DEVICES)",
+                         device, count, count == 1 ? "" : "s", count - 1);
+    return ACL_SUCCESS;
+}
+
+int sim_device_physical(int device)
+{
+    return sim_config()->visible[device];
+}
+
+sim_context_t *sim_current_context(void)
+{
+    sim_context_t *context = t_context == NULL ? NULL : sim_handle_get(t_context, SIM_KIND_CONTEXT);
+    if (context == NULL)
+        sim_error(ACL_ERROR_RT_CONTEXT_NULL, "no current device on this thread: call aclrtSetDevice first");
+    return context;
+}
+
+int sim_current_device(int *device)
+{
+    sim_context_t *context = sim_current_context();
+    if (context == NULL)
+        return ACL_ERROR_RT_CONTEXT_NULL;
+    *device = context->device;
+    return ACL_SUCCESS;
+}
+
+static int context_create(int device, bool is_default, sim_context_t **out)
+{
+    sim_context_t *context = calloc(1, sizeof *context);
+    if (context == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating a context");
+    context->device = device;
+    context->is_default = is_default;
+    int err = sim_stream_create(device, 0, 0, true, &context->default_stream);
+    if (err != ACL_SUCCESS) {
+        free(context);
+        return err;
+    }
+    context->handle = sim_handle_new(SIM_KIND_CONTEXT, context);
+    if (context->handle == NULL) {
+        sim_stream_destroy(context->default_stream, true);
+        free(context);
+        return sim_error(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, "too many live handles");
+    }
+    *out = context;
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- aclInit */
+
+SIM_EXPORT aclError aclInit(const char *configPath)
+{
+    if (configPath != NULL && configPath[0] != '\0') {
+        FILE *file = fopen(configPath, "r");
+        if (file == NULL)
+            return sim_error(ACL_ERROR_INVALID_FILE, "aclInit: cannot read the configuration file '%s'", configPath);
+        fclose(file);
+    }
+    pthread_mutex_lock(&g_init_lock);
+    bool already = g_acl_initialized;
+    g_acl_initialized = true;
+    pthread_mutex_unlock(&g_init_lock);
+    if (already)
+        return sim_error(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialised (this error can be ignored)");
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclFinalize(void)
+{
+    pthread_mutex_lock(&g_init_lock);
+    bool was = g_acl_initialized, finalized = g_acl_finalized;
+    g_acl_initialized = false;
+    g_acl_finalized = g_acl_finalized || was;
+    pthread_mutex_unlock(&g_init_lock);
+    if (!was)
+        return finalized ? sim_error(ACL_ERROR_REPEAT_FINALIZE, "aclFinalize: already finalised")
+                         : sim_error(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called");
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
+{
+    if (majorVersion == NULL || minorVersion == NULL || patchVersion == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetVersion: arguments must not be NULL");
+    *majorVersion = ACL_MAJOR_VERSION;
+    *minorVersion = ACL_MINOR_VERSION;
+    *patchVersion = ACL_PATCH_VERSION;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT const char *aclrtGetSocName(void)
+{
+    return "HcclpySimulator";
+}
+
+SIM_EXPORT aclError aclrtGetRunMode(aclrtRunMode *runMode)
+{
+    if (runMode == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetRunMode: runMode is NULL");
+    *runMode = ACL_HOST;
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- devices */
+
+SIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
+{
+    if (count == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
+    *count = (uint32_t)sim_config()->device_count;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)
+{
+    int err = sim_device_check(deviceId);
+    if (err != ACL_SUCCESS)
+        return err;
+    sim_device_t *device = sim_device(deviceId);
+    pthread_mutex_lock(&device->lock);
+    if (device->default_context == NULL) {
+        int arena_err;
+        if (sim_arena_get(deviceId, &arena_err) == NULL) {
+            pthread_mutex_unlock(&device->lock);
+            return arena_err;
+        }
+        err = context_create(deviceId, true, &device->default_context);
+        if (err != ACL_SUCCESS) {
+            pthread_mutex_unlock(&device->lock);
+            return err;
+        }
+    }
+    device->set_count++;
+    t_context = device->default_context->handle;
+    pthread_mutex_unlock(&device->lock);
+    return ACL_SUCCESS;
+}
+
+/* The device's default context and streams survive (their handles stay
+ * valid); its memory is released when the last user resets it. */
+SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
+{
+    int err = sim_device_check(deviceId);
+    if (err != ACL_SUCCESS)
+        return err;
+    sim_device_t *device = sim_device(deviceId);
+    pthread_mutex_lock(&device->lock);
+    bool release = device->set_count == 1;
+    if (device->set_count > 0)
+        device->set_count--;
+    pthread_mutex_unlock(&device->lock);
+    if (release) {
+        sim_stream_sync_all(deviceId, SIM_NO_DEADLINE);
+        int arena_err;
+        sim_arena_t *arena = sim_arena_get(deviceId, &arena_err);
+        if (arena != NULL)
+            sim_arena_reset(arena);
+    }
+    sim_context_t *current = t_context == NULL ? NULL : sim_handle_get(t_context, SIM_KIND_CONTEXT);
+    if (current != NULL && current->device == deviceId && device->set_count == 0)
+        t_context = NULL;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtGetDevice(int32_t *deviceId)
+{
+    if (deviceId == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is NULL");
+    int device;
+    int err = sim_current_device(&device);
+    if (err == ACL_SUCCESS)
+        *deviceId = device;
+    return err;
+}
+
+static aclError synchronize_device(int32_t timeout_ms)
+{
+    int device;
+    int err = sim_current_device(&device);
+    if (err != ACL_SUCCESS)
+        return err;
+    int64_t deadline = timeout_ms < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS;
+    return sim_stream_sync_all(device, deadline);
+}
+
+SIM_EXPORT aclError aclrtSynchronizeDevice(void)
+{
+    return synchronize_device(-1);
+}
+
+SIM_EXPORT aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
+{
+    if (timeout < -1)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeDeviceWithTimeout: timeout %d must be -1 or >= 0",
+                         (int)timeout);
+    return synchronize_device(timeout);
+}
+
+/* --------------------------------------------------------------- contexts */
+
+SIM_EXPORT aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
+{
+    if (context == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtCreateContext: context is NULL");
+    int err = sim_device_check(deviceId);
+    if (err != ACL_SUCCESS)
+        return err;
+    if (sim_arena_get(deviceId, &err) == NULL)
+        return err;
+    sim_context_t *created;
+    err = context_create(deviceId, false, &created);
+    if (err != ACL_SUCCESS)
+        return err;
+    t_context = created->handle;
+    *context = created->handle;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtDestroyContext(aclrtContext context)
+{
+    sim_context_t *found = sim_handle_get(context, SIM_KIND_CONTEXT);
+    if (found == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDestroyContext: %p is not a live context", context);
+    if (found->is_default)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDestroyContext: the default context of a device is "
+                         "released by aclrtResetDevice, not destroyed");
+    sim_handle_free(context);
+    if (t_context == context)
+        t_context = NULL;
+    sim_stream_destroy(found->default_stream, false);
+    free(found);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtSetCurrentContext(aclrtContext context)
+{
+    if (sim_handle_get(context, SIM_KIND_CONTEXT) == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSetCurrentContext: %p is not a live context", context);
+    t_context = context;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtGetCurrentContext(aclrtContext *context)
+{
+    if (context == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetCurrentContext: context is NULL");
+    sim_context_t *current = sim_current_context();
+    if (current == NULL)
+        return ACL_ERROR_RT_CONTEXT_NULL;
+    *context = current->handle;
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- fork */
+
+void sim_memory_after_fork(void);
+
+void sim_runtime_after_fork(void)
+{
+    pthread_mutex_init(&g_init_lock, NULL);
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        sim_device_t *device = &g_devices[d];
+        pthread_mutex_init(&device->lock, NULL);
+        pthread_mutex_init(&device->streams_lock, NULL);
+        device->set_count = 0;
+        device->default_context = NULL; /* the parent's objects are abandoned */
+        device->streams = NULL;
+        device->stream_count = device->stream_capacity = 0;
+    }
+    t_context = NULL;
+    sim_stream_after_fork();
+    sim_event_after_fork();
+    sim_memory_after_fork();
+}

@@ -1,0 +1,352 @@
+/* Events: markers recorded on a stream.  An event completes when the stream
+ * reaches it; other streams and host threads can wait for it, and two
+ * completed events give the time between them. */
+#include <stdlib.h>
+
+#include "acl/acl.h"
+#include "acl/runtime.h"
+
+struct sim_event {
+    void *handle;
+    uint32_t flags;
+    bool explicit_flags;       /* created with aclrtCreateEvent[Ex]WithFlag */
+    _Atomic int refs;
+    pthread_mutex_t lock;
+    uint64_t recorded;         /* records enqueued so far */
+    _Atomic uint64_t completed; /* highest record number that has run */
+    sim_stream_t *stream;      /* stream and task index of the newest record */
+    uint64_t index;
+    int64_t timestamp_ns;
+};
+
+static void event_unref(sim_event_t *event)
+{
+    if (atomic_fetch_sub(&event->refs, 1) == 1) {
+        if (event->stream != NULL)
+            sim_stream_unref(event->stream);
+        pthread_mutex_destroy(&event->lock);
+        free(event);
+    }
+}
+
+static sim_event_t *lookup(aclrtEvent handle, const char *api, int *err)
+{
+    sim_event_t *event = sim_handle_get(handle, SIM_KIND_EVENT);
+    if (event == NULL)
+        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live event (never created, or destroyed)", api,
+                         handle);
+    return event;
+}
+
+static aclError create(aclrtEvent *out, uint32_t flags, bool explicit_flags, const char *api)
+{
+    if (out == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", api);
+    uint32_t known = ACL_EVENT_SYNC | ACL_EVENT_CAPTURE_STREAM_PROGRESS | ACL_EVENT_TIME_LINE |
+                     ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_EXTERNAL | ACL_EVENT_IPC;
+    if ((flags & ~known) != 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: unknown flag bits 0x%x", api, flags & ~known);
+    if (sim_current_context() == NULL)
+        return ACL_ERROR_RT_CONTEXT_NULL;
+    sim_event_t *event = calloc(1, sizeof *event);
+    if (event == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating an event");
+    event->flags = flags;
+    event->explicit_flags = explicit_flags;
+    event->refs = 1;
+    pthread_mutex_init(&event->lock, NULL);
+    event->handle = sim_handle_new(SIM_KIND_EVENT, event);
+    if (event->handle == NULL) {
+        free(event);
+        return sim_error(ACL_ERROR_RT_NO_EVENT_RESOURCE, "too many live handles");
+    }
+    *out = event->handle;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtCreateEvent(aclrtEvent *event)
+{
+    return create(event, ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE, false, "aclrtCreateEvent");
+}
+
+SIM_EXPORT aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    return create(event, flag, true, "aclrtCreateEventWithFlag");
+}
+
+SIM_EXPORT aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    return create(event, flag, true, "aclrtCreateEventExWithFlag");
+}
+
+SIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent handle)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, "aclrtDestroyEvent", &err);
+    if (event == NULL)
+        return err;
+    sim_handle_free(handle);
+    event_unref(event);
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- record */
+
+typedef struct {
+    sim_task_t base;
+    sim_event_t *event;
+    uint64_t number;
+    bool reset;
+} event_task_t;
+
+static int run_record(sim_task_t *task, int64_t deadline_ns)
+{
+    event_task_t *record = (event_task_t *)task;
+    sim_event_t *event = record->event;
+    pthread_mutex_lock(&event->lock);
+    if (record->reset) {
+        event->timestamp_ns = 0;
+    } else if (record->number > atomic_load(&event->completed)) {
+        event->timestamp_ns = sim_now_ns();
+        atomic_store(&event->completed, record->number);
+    }
+    pthread_mutex_unlock(&event->lock);
+    return SIM_TASK_DONE;
+}
+
+/* A failed stream still reaches its events, so nobody waits for them forever. */
+static void cancel_record(sim_task_t *task)
+{
+    run_record(task, SIM_NO_DEADLINE);
+}
+
+static void release_event_task(sim_task_t *task)
+{
+    event_unref(((event_task_t *)task)->event);
+    free(task);
+}
+
+static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, bool reset, const char *api)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, api, &err);
+    if (event == NULL)
+        return err;
+    sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
+    if (stream == NULL)
+        return err;
+    event_task_t *task = calloc(1, sizeof *task);
+    if (task == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    task->base.run = run_record;
+    task->base.cancel = cancel_record;
+    task->base.release = release_event_task;
+    task->base.name = reset ? "reset event" : "record event";
+    task->event = event;
+    task->reset = reset;
+    atomic_fetch_add(&event->refs, 1);
+    /* The lock keeps the record number, the stream index and the queue order
+     * consistent when two threads record the same event. */
+    pthread_mutex_lock(&event->lock);
+    if (!reset) {
+        task->number = ++event->recorded;
+        sim_stream_ref(stream);
+        if (event->stream != NULL)
+            sim_stream_unref(event->stream);
+        event->stream = stream;
+        event->index = sim_stream_enqueued(stream) + 1;
+    }
+    sim_stream_enqueue(stream, &task->base);
+    pthread_mutex_unlock(&event->lock);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
+{
+    return enqueue_record(event, stream, false, "aclrtRecordEvent");
+}
+
+SIM_EXPORT aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)
+{
+    return enqueue_record(event, stream, true, "aclrtResetEvent");
+}
+
+/* ------------------------------------------------------------------ wait */
+
+/* Snapshot of what "the event is complete" means at the time of a call. */
+typedef struct {
+    uint64_t number;
+    sim_stream_t *stream; /* referenced */
+    uint64_t index;
+} target_t;
+
+static target_t snapshot(sim_event_t *event)
+{
+    target_t target = {0, NULL, 0};
+    pthread_mutex_lock(&event->lock);
+    target.number = event->recorded;
+    if (event->stream != NULL && atomic_load(&event->completed) < target.number) {
+        target.stream = event->stream;
+        target.index = event->index;
+        sim_stream_ref(target.stream);
+    }
+    pthread_mutex_unlock(&event->lock);
+    return target;
+}
+
+/* Waits (running the recording stream if nobody does) until the target is
+ * reached.  Returns 0, the recording stream's error, or SIM_TASK_AGAIN at the
+ * deadline. */
+static int wait_for(sim_event_t *event, const target_t *target, int64_t deadline_ns)
+{
+    if (target->stream == NULL || atomic_load(&event->completed) >= target->number)
+        return ACL_SUCCESS;
+    int rc = sim_stream_sync_to(target->stream, target->index, deadline_ns);
+    if (atomic_load(&event->completed) >= target->number)
+        return ACL_SUCCESS;
+    return rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT ? SIM_TASK_AGAIN : rc;
+}
+
+typedef struct {
+    sim_task_t base;
+    sim_event_t *event;
+    target_t target;
+} wait_task_t;
+
+static int run_wait(sim_task_t *task, int64_t deadline_ns)
+{
+    wait_task_t *wait = (wait_task_t *)task;
+    int rc = wait_for(wait->event, &wait->target, deadline_ns);
+    /* The other stream's failure is reported by that stream, not this one. */
+    return rc == SIM_TASK_AGAIN ? SIM_TASK_AGAIN : SIM_TASK_DONE;
+}
+
+static void release_wait(sim_task_t *task)
+{
+    wait_task_t *wait = (wait_task_t *)task;
+    if (wait->target.stream != NULL)
+        sim_stream_unref(wait->target.stream);
+    event_unref(wait->event);
+    free(wait);
+}
+
+SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent handle)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, "aclrtStreamWaitEvent", &err);
+    if (event == NULL)
+        return err;
+    sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
+    if (stream == NULL)
+        return err;
+    wait_task_t *task = calloc(1, sizeof *task);
+    if (task == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    task->base.run = run_wait;
+    task->base.release = release_wait;
+    task->base.name = "wait event";
+    task->event = event;
+    atomic_fetch_add(&event->refs, 1);
+    task->target = snapshot(event);
+    sim_stream_enqueue(stream, &task->base);
+    return ACL_SUCCESS;
+}
+
+static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *api)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, api, &err);
+    if (event == NULL)
+        return err;
+    target_t target = snapshot(event);
+    int64_t deadline = timeout_ms < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS;
+    int rc = wait_for(event, &target, deadline);
+    if (target.stream != NULL)
+        sim_stream_unref(target.stream);
+    if (rc == SIM_TASK_AGAIN)
+        return sim_error(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: the event did not complete within %d ms", api,
+                         (int)timeout_ms);
+    return rc;
+}
+
+SIM_EXPORT aclError aclrtSynchronizeEvent(aclrtEvent event)
+{
+    return synchronize(event, -1, "aclrtSynchronizeEvent");
+}
+
+SIM_EXPORT aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)
+{
+    if (timeout < -1)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeEventWithTimeout: timeout %d must be -1 or >= 0 "
+                         "milliseconds", (int)timeout);
+    return synchronize(event, timeout, "aclrtSynchronizeEventWithTimeout");
+}
+
+static bool is_complete(sim_event_t *event)
+{
+    pthread_mutex_lock(&event->lock);
+    bool complete = atomic_load(&event->completed) >= event->recorded;
+    pthread_mutex_unlock(&event->lock);
+    return complete;
+}
+
+SIM_EXPORT aclError aclrtQueryEventStatus(aclrtEvent handle, aclrtEventRecordedStatus *status)
+{
+    if (status == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is NULL");
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, "aclrtQueryEventStatus", &err);
+    if (event == NULL)
+        return err;
+    *status = is_complete(event) ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtQueryEvent(aclrtEvent handle, aclrtEventStatus *status)
+{
+    if (status == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtQueryEvent: status is NULL");
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, "aclrtQueryEvent", &err);
+    if (event == NULL)
+        return err;
+    *status = is_complete(event) ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtEventElapsedTime(float *ms, aclrtEvent start_handle, aclrtEvent end_handle)
+{
+    if (ms == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: ms is NULL");
+    int err = ACL_SUCCESS;
+    sim_event_t *start = lookup(start_handle, "aclrtEventElapsedTime", &err);
+    if (start == NULL)
+        return err;
+    sim_event_t *end = lookup(end_handle, "aclrtEventElapsedTime", &err);
+    if (end == NULL)
+        return err;
+    sim_event_t *events[2] = {start, end};
+    int64_t stamps[2];
+    for (int i = 0; i < 2; i++) {
+        sim_event_t *event = events[i];
+        if (event->explicit_flags && (event->flags & ACL_EVENT_TIME_LINE) == 0)
+            return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: the %s event was created without "
+                             "ACL_EVENT_TIME_LINE", i == 0 ? "start" : "end");
+        pthread_mutex_lock(&event->lock);
+        bool recorded = event->recorded > 0, complete = atomic_load(&event->completed) >= event->recorded;
+        stamps[i] = event->timestamp_ns;
+        pthread_mutex_unlock(&event->lock);
+        if (!recorded || stamps[i] == 0)
+            return sim_error(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, "aclrtEventElapsedTime: the %s event has not been "
+                             "recorded", i == 0 ? "start" : "end");
+        if (!complete)
+            return sim_error(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "aclrtEventElapsedTime: the %s event has not completed "
+                             "(synchronise it first)", i == 0 ? "start" : "end");
+    }
+    *ms = (float)((double)(stamps[1] - stamps[0]) / 1e6);
+    return ACL_SUCCESS;
+}
+
+void sim_event_after_fork(void)
+{
+}

@@ -1,0 +1,56 @@
+/* Structures shared by the files of libascendcl.so (not by libhccl.so). */
+#ifndef HCCLPY_SIM_RUNTIME_H
+#define HCCLPY_SIM_RUNTIME_H
+
+#include "common/sim.h"
+
+#define SIM_MAX_DEVICES 256
+
+typedef struct sim_arena sim_arena_t;
+typedef struct sim_context sim_context_t;
+typedef struct sim_event sim_event_t;
+
+struct sim_context {
+    void *handle;
+    int device;
+    bool is_default;
+    sim_stream_t *default_stream;
+};
+
+/* Per-process state of one logical device. */
+typedef struct {
+    pthread_mutex_t lock;
+    int set_count;              /* aclrtSetDevice minus aclrtResetDevice */
+    sim_context_t *default_context;
+    sim_arena_t *arena;         /* created on first use, kept for the process */
+    pthread_mutex_t streams_lock;
+    sim_stream_t **streams;     /* every live stream of the device */
+    size_t stream_count, stream_capacity;
+} sim_device_t;
+
+sim_device_t *sim_device(int device);
+/* The calling thread's current context, or NULL with an error recorded. */
+sim_context_t *sim_current_context(void);
+int sim_device_check(int device);
+
+/* memory.c */
+sim_arena_t *sim_arena_get(int device, int *err);
+void sim_arena_reset(sim_arena_t *arena);
+/* Finds which device (if any) of this process owns `ptr`; returns -1 if none. */
+int sim_pointer_device(const void *ptr, uint64_t *room);
+bool sim_host_pinned(const void *ptr, uint64_t bytes);
+
+/* stream.c */
+int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out);
+int sim_stream_destroy(sim_stream_t *stream, bool force);
+int sim_stream_sync_all(int device, int64_t deadline_ns);
+void *sim_stream_handle(const sim_stream_t *stream);
+void sim_stream_after_fork(void);
+
+/* event.c */
+void sim_event_after_fork(void);
+
+/* device.c */
+void sim_runtime_after_fork(void);
+
+#endif

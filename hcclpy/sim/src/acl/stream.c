@@ -1,0 +1,780 @@
+/* Streams: ordered, asynchronous task queues.
+ *
+ * Tasks run in enqueue order, one at a time, by whichever thread holds the
+ * stream's `runner` claim.  A thread that synchronises a stream claims it and
+ * runs the pending tasks itself, so "enqueue, then synchronise" costs no
+ * thread hand-off.  Every stream also has a worker thread for work nobody
+ * waits for (a peer rank depends on it, another stream waits on an event).
+ * The worker does not take a task the moment it is queued: it polls every few
+ * hundred microseconds while the stream is busy and leaves young tasks to a
+ * synchronising thread, so the common path needs no system call and no
+ * wake-up; after a quiet spell it sleeps until the next enqueue wakes it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "acl/acl.h"
+#include "acl/runtime.h"
+
+#define WORKER_POLL_NS (200 * 1000)         /* light sleep between polls */
+#define WORKER_GRACE_NS (100 * 1000)        /* leave younger tasks to a synchronising thread */
+#define WORKER_DEEP_AFTER_NS (20 * SIM_NS_PER_MS)
+#define SYNC_SLEEP_SLICE_NS (10 * SIM_NS_PER_MS)
+
+enum { WORKER_AWAKE = 0, WORKER_DEEP = 1 };
+
+struct sim_stream {
+    void *handle;
+    int device;
+    bool is_default;
+    uint32_t priority, flags;
+    _Atomic int refs;
+
+    pthread_mutex_t lock;           /* queue, worker start, error text */
+    sim_task_t *head, *tail;
+    _Atomic uint64_t enqueued, completed;
+
+    _Atomic int runner;
+    _Atomic uint32_t done_word;     /* futex: changes when a task completes or the runner leaves */
+    _Atomic uint32_t done_waiters;
+
+    pthread_t worker;
+    bool worker_started;
+    _Atomic uint32_t wake_word;
+    _Atomic int worker_state;
+    _Atomic int64_t last_enqueue_ns;
+    _Atomic bool stopping;
+
+    _Atomic int error;
+    char error_text[1024];
+
+    _Atomic uint64_t report_thread; /* aclrtSubscribeReport */
+};
+
+/* ------------------------------------------------------------- bookkeeping */
+
+void sim_stream_ref(sim_stream_t *stream)
+{
+    atomic_fetch_add(&stream->refs, 1);
+}
+
+void sim_stream_unref(sim_stream_t *stream)
+{
+    if (atomic_fetch_sub(&stream->refs, 1) == 1) {
+        pthread_mutex_destroy(&stream->lock);
+        free(stream);
+    }
+}
+
+int sim_stream_device(const sim_stream_t *stream)
+{
+    return stream->device;
+}
+
+uint64_t sim_stream_enqueued(const sim_stream_t *stream)
+{
+    return atomic_load(&stream->enqueued);
+}
+
+void *sim_stream_handle(const sim_stream_t *stream)
+{
+    return stream->handle;
+}
+
+sim_stream_t *sim_stream_resolve(const void *handle, int *err)
+{
+    if (handle == NULL) {
+        sim_context_t *context = sim_current_context();
+        if (context == NULL) {
+            *err = ACL_ERROR_RT_CONTEXT_NULL;
+            return NULL;
+        }
+        return context->default_stream;
+    }
+    sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
+    if (stream == NULL)
+        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%p is not a live stream (never created, or destroyed)", handle);
+    return stream;
+}
+
+static bool has_pending(sim_stream_t *stream)
+{
+    return atomic_load(&stream->completed) < atomic_load(&stream->enqueued);
+}
+
+static void wake_worker(sim_stream_t *stream)
+{
+    atomic_fetch_add(&stream->wake_word, 1);
+    sim_futex_wake(&stream->wake_word, false);
+}
+
+static void wake_waiters(sim_stream_t *stream)
+{
+    atomic_fetch_add(&stream->done_word, 1);
+    if (atomic_load(&stream->done_waiters) != 0)
+        sim_futex_wake(&stream->done_word, false);
+}
+
+/* ----------------------------------------------------------------- running */
+
+static bool claim(sim_stream_t *stream)
+{
+    int expected = 0;
+    return atomic_load_explicit(&stream->runner, memory_order_relaxed) == 0 &&
+           atomic_compare_exchange_strong(&stream->runner, &expected, 1);
+}
+
+static void release_claim(sim_stream_t *stream)
+{
+    atomic_store(&stream->runner, 0);
+    wake_waiters(stream);
+    /* Work left behind must not wait for a deep-sleeping worker. */
+    if (has_pending(stream) && atomic_load(&stream->worker_state) == WORKER_DEEP)
+        wake_worker(stream);
+}
+
+static void record_failure(sim_stream_t *stream, int code, const char *text)
+{
+    pthread_mutex_lock(&stream->lock);
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&stream->error, &expected, code))
+        snprintf(stream->error_text, sizeof stream->error_text, "%s", text);
+    pthread_mutex_unlock(&stream->lock);
+}
+
+void sim_stream_fail_message(sim_stream_t *stream, const char *message)
+{
+    record_failure(stream, ACL_ERROR_RT_AICPU_EXCEPTION, message);
+}
+
+/* Runs tasks while the stream holds fewer than `target` completions.  Returns
+ * SIM_TASK_AGAIN if a task had to wait past `deadline_ns`. */
+static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns)
+{
+    while (atomic_load(&stream->completed) < target) {
+        pthread_mutex_lock(&stream->lock);
+        sim_task_t *task = stream->head;
+        pthread_mutex_unlock(&stream->lock);
+        if (task == NULL)
+            break;
+        if (atomic_load(&stream->error) != 0) {
+            if (task->cancel != NULL)
+                task->cancel(task);
+        } else {
+            int rc = task->run(task, deadline_ns);
+            if (rc == SIM_TASK_AGAIN)
+                return SIM_TASK_AGAIN;
+            if (rc != SIM_TASK_DONE)
+                record_failure(stream, rc, sim_error_text());
+        }
+        pthread_mutex_lock(&stream->lock);
+        stream->head = task->next;
+        if (stream->head == NULL)
+            stream->tail = NULL;
+        atomic_fetch_add(&stream->completed, 1);
+        pthread_mutex_unlock(&stream->lock);
+        if (task->release != NULL)
+            task->release(task);
+        wake_waiters(stream);
+    }
+    return SIM_TASK_DONE;
+}
+
+static void *worker_main(void *arg)
+{
+    sim_stream_t *stream = arg;
+    while (!atomic_load(&stream->stopping)) {
+        uint32_t seen = atomic_load(&stream->wake_word);
+        if (has_pending(stream) && atomic_load(&stream->runner) == 0) {
+            pthread_mutex_lock(&stream->lock);
+            int64_t age = stream->head == NULL ? 0 : sim_now_ns() - stream->head->enqueued_ns;
+            pthread_mutex_unlock(&stream->lock);
+            if (age >= WORKER_GRACE_NS && claim(stream)) {
+                drain(stream, UINT64_MAX, SIM_NO_DEADLINE);
+                release_claim(stream);
+                continue;
+            }
+            sim_futex_wait(&stream->wake_word, seen, WORKER_GRACE_NS, false);
+            continue;
+        }
+        int64_t idle = sim_now_ns() - atomic_load(&stream->last_enqueue_ns);
+        if (idle < WORKER_DEEP_AFTER_NS || has_pending(stream)) {
+            sim_futex_wait(&stream->wake_word, seen, WORKER_POLL_NS, false);
+            continue;
+        }
+        atomic_store(&stream->worker_state, WORKER_DEEP);
+        if (!has_pending(stream) && !atomic_load(&stream->stopping))
+            sim_futex_wait(&stream->wake_word, seen, SIM_NS_PER_S, false);
+        atomic_store(&stream->worker_state, WORKER_AWAKE);
+    }
+    return NULL;
+}
+
+void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
+{
+    int64_t now = sim_now_ns();
+    task->next = NULL;
+    task->enqueued_ns = now;
+    pthread_mutex_lock(&stream->lock);
+    if (stream->tail == NULL) {
+        stream->head = task;
+    } else {
+        stream->tail->next = task;
+    }
+    stream->tail = task;
+    atomic_fetch_add(&stream->enqueued, 1);
+    if (!stream->worker_started) {
+        /* The worker starts on first use: most streams of a short program
+         * never need one running before that. */
+        stream->worker_started = pthread_create(&stream->worker, NULL, worker_main, stream) == 0;
+    }
+    pthread_mutex_unlock(&stream->lock);
+    atomic_store(&stream->last_enqueue_ns, now);
+    if (atomic_load(&stream->worker_state) == WORKER_DEEP)
+        wake_worker(stream);
+}
+
+int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_ns)
+{
+    sim_backoff_t backoff;
+    sim_backoff_init(&backoff);
+    for (;;) {
+        if (atomic_load(&stream->completed) >= target)
+            break;
+        if (claim(stream)) {
+            int rc = drain(stream, target, deadline_ns);
+            release_claim(stream);
+            if (rc == SIM_TASK_AGAIN)
+                return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "stream synchronisation timed out "
+                                 "(%llu of %llu tasks done)", (unsigned long long)atomic_load(&stream->completed),
+                                 (unsigned long long)target);
+            continue;
+        }
+        int64_t now = sim_now_ns();
+        if (now >= deadline_ns)
+            return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "stream synchronisation timed out "
+                             "(%llu of %llu tasks done)", (unsigned long long)atomic_load(&stream->completed),
+                             (unsigned long long)target);
+        if (!sim_backoff_step(&backoff))
+            continue;
+        uint32_t seen = atomic_load(&stream->done_word);
+        atomic_fetch_add(&stream->done_waiters, 1);
+        if (atomic_load(&stream->completed) < target && atomic_load(&stream->runner) != 0)
+            sim_futex_wait(&stream->done_word, seen, SIM_MIN(deadline_ns - now, SYNC_SLEEP_SLICE_NS), false);
+        atomic_fetch_sub(&stream->done_waiters, 1);
+    }
+    int error = atomic_load(&stream->error);
+    if (error != 0) {
+        pthread_mutex_lock(&stream->lock);
+        sim_error(error, "%s", stream->error_text);
+        pthread_mutex_unlock(&stream->lock);
+    }
+    return error;
+}
+
+/* ------------------------------------------------------- create / destroy */
+
+static int register_stream(sim_stream_t *stream)
+{
+    sim_device_t *device = sim_device(stream->device);
+    pthread_mutex_lock(&device->streams_lock);
+    if (device->stream_count == device->stream_capacity) {
+        size_t capacity = device->stream_capacity ? device->stream_capacity * 2 : 16;
+        sim_stream_t **grown = realloc(device->streams, capacity * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&device->streams_lock);
+            return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating a stream");
+        }
+        device->streams = grown;
+        device->stream_capacity = capacity;
+    }
+    device->streams[device->stream_count++] = stream;
+    pthread_mutex_unlock(&device->streams_lock);
+    return ACL_SUCCESS;
+}
+
+static void unregister_stream(sim_stream_t *stream)
+{
+    sim_device_t *device = sim_device(stream->device);
+    pthread_mutex_lock(&device->streams_lock);
+    for (size_t i = 0; i < device->stream_count; i++) {
+        if (device->streams[i] == stream) {
+            device->streams[i] = device->streams[--device->stream_count];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&device->streams_lock);
+}
+
+int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out)
+{
+    sim_stream_t *stream = calloc(1, sizeof *stream);
+    if (stream == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating a stream");
+    stream->device = device;
+    stream->is_default = is_default;
+    stream->priority = priority;
+    stream->flags = flags;
+    stream->refs = 1;
+    pthread_mutex_init(&stream->lock, NULL);
+    stream->handle = sim_handle_new(SIM_KIND_STREAM, stream);
+    if (stream->handle == NULL) {
+        free(stream);
+        return sim_error(ACL_ERROR_RT_NO_STREAM_RESOURCE, "too many live handles");
+    }
+    int err = register_stream(stream);
+    if (err != ACL_SUCCESS) {
+        sim_handle_free(stream->handle);
+        free(stream);
+        return err;
+    }
+    *out = stream;
+    return ACL_SUCCESS;
+}
+
+int sim_stream_destroy(sim_stream_t *stream, bool force)
+{
+    if (force)
+        record_failure(stream, ACL_ERROR_RT_STREAM_ABORT, "the stream was destroyed with work pending");
+    sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+    sim_handle_free(stream->handle);
+    unregister_stream(stream);
+    pthread_mutex_lock(&stream->lock);
+    bool started = stream->worker_started;
+    pthread_mutex_unlock(&stream->lock);
+    if (started) {
+        atomic_store(&stream->stopping, true);
+        wake_worker(stream);
+        pthread_join(stream->worker, NULL);
+    }
+    sim_stream_unref(stream);
+    return ACL_SUCCESS;
+}
+
+int sim_stream_sync_all(int device, int64_t deadline_ns)
+{
+    sim_device_t *dev = sim_device(device);
+    pthread_mutex_lock(&dev->streams_lock);
+    size_t count = dev->stream_count;
+    sim_stream_t **streams = malloc((count ? count : 1) * sizeof *streams);
+    if (streams == NULL) {
+        pthread_mutex_unlock(&dev->streams_lock);
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    }
+    for (size_t i = 0; i < count; i++) {
+        streams[i] = dev->streams[i];
+        sim_stream_ref(streams[i]);
+    }
+    pthread_mutex_unlock(&dev->streams_lock);
+    int first_error = ACL_SUCCESS;
+    for (size_t i = 0; i < count; i++) {
+        int err = sim_stream_sync_to(streams[i], atomic_load(&streams[i]->enqueued), deadline_ns);
+        if (first_error == ACL_SUCCESS)
+            first_error = err;
+        sim_stream_unref(streams[i]);
+    }
+    free(streams);
+    return first_error;
+}
+
+void sim_kick_idle_streams(void)
+{
+    int count = sim_config()->device_count;
+    for (int d = 0; d < count; d++) {
+        sim_device_t *dev = sim_device(d);
+        pthread_mutex_lock(&dev->streams_lock);
+        for (size_t i = 0; i < dev->stream_count; i++) {
+            sim_stream_t *stream = dev->streams[i];
+            if (has_pending(stream) && atomic_load(&stream->runner) == 0)
+                wake_worker(stream);
+        }
+        pthread_mutex_unlock(&dev->streams_lock);
+    }
+}
+
+/* ------------------------------------------------------------ public API */
+
+static int create_stream_for_current(aclrtStream *stream, uint32_t priority, uint32_t flag, const char *api)
+{
+    if (stream == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", api);
+    sim_context_t *context = sim_current_context();
+    if (context == NULL)
+        return ACL_ERROR_RT_CONTEXT_NULL;
+    sim_stream_t *created;
+    int err = sim_stream_create(context->device, priority, flag, false, &created);
+    if (err == ACL_SUCCESS)
+        *stream = created->handle;
+    return err;
+}
+
+SIM_EXPORT aclError aclrtCreateStream(aclrtStream *stream)
+{
+    return create_stream_for_current(stream, 0, 0, "aclrtCreateStream");
+}
+
+SIM_EXPORT aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag)
+{
+    if (priority > 7)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtCreateStreamWithConfig: priority %u is outside 0..7", priority);
+    uint32_t known = ACL_STREAM_FAST_LAUNCH | ACL_STREAM_FAST_SYNC | ACL_STREAM_PERSISTENT | ACL_STREAM_HUGE |
+                     ACL_STREAM_CPU_SCHEDULE | ACL_STREAM_DEVICE_USE_ONLY;
+    if ((flag & ~known) != 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtCreateStreamWithConfig: unknown flag bits 0x%x", flag & ~known);
+    return create_stream_for_current(stream, priority, flag, "aclrtCreateStreamWithConfig");
+}
+
+static aclError destroy_stream(aclrtStream handle, bool force, const char *api)
+{
+    sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
+    if (stream == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live stream (never created, or destroyed)", api,
+                         handle);
+    if (stream->is_default)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: a default stream cannot be destroyed", api);
+    return sim_stream_destroy(stream, force);
+}
+
+SIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
+{
+    return destroy_stream(stream, false, "aclrtDestroyStream");
+}
+
+SIM_EXPORT aclError aclrtDestroyStreamForce(aclrtStream stream)
+{
+    return destroy_stream(stream, true, "aclrtDestroyStreamForce");
+}
+
+SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream handle)
+{
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+}
+
+SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_t timeout)
+{
+    if (timeout < -1)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStreamWithTimeout: timeout %d must be -1 "
+                         "(no limit) or >= 0 milliseconds", (int)timeout);
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    int64_t deadline = timeout < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout * SIM_NS_PER_MS;
+    return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), deadline);
+}
+
+/* --------------------------------------------------------- copies and sets */
+
+int sim_check_copy(const char *api, void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+int sim_check_set(const char *api, void *devPtr, size_t maxCount, size_t count);
+
+typedef struct {
+    sim_task_t base;
+    void *dst;
+    const void *src;
+    size_t count;
+    int value;
+} copy_task_t;
+
+static int run_copy(sim_task_t *task, int64_t deadline)
+{
+    copy_task_t *copy = (copy_task_t *)task;
+    memmove(copy->dst, copy->src, copy->count);
+    return SIM_TASK_DONE;
+}
+
+static int run_set(sim_task_t *task, int64_t deadline)
+{
+    copy_task_t *set = (copy_task_t *)task;
+    memset(set->dst, set->value, set->count);
+    return SIM_TASK_DONE;
+}
+
+static void free_task(sim_task_t *task)
+{
+    free(task);
+}
+
+static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t *, int64_t), void *dst,
+                                    const void *src, size_t count, int value, bool wait)
+{
+    copy_task_t *task = calloc(1, sizeof *task);
+    if (task == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    task->base.run = run;
+    task->base.release = free_task;
+    task->base.name = run == run_copy ? "memcpy" : "memset";
+    task->dst = dst;
+    task->src = src;
+    task->count = count;
+    task->value = value;
+    sim_stream_enqueue(stream, &task->base);
+    if (!wait)
+        return ACL_SUCCESS;
+    return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+}
+
+SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                                     aclrtStream handle)
+{
+    int err = sim_check_copy("aclrtMemcpyAsync", dst, destMax, src, count, kind);
+    if (err != ACL_SUCCESS)
+        return err;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    if (count == 0)
+        return ACL_SUCCESS;
+    /* Copies from or to pageable host memory return when they are done. */
+    bool dst_host = sim_pointer_device(dst, NULL) < 0, src_host = sim_pointer_device(src, NULL) < 0;
+    bool pageable = (dst_host && !sim_host_pinned(dst, count)) || (src_host && !sim_host_pinned(src, count));
+    return enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable);
+}
+
+SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream handle)
+{
+    int err = sim_check_set("aclrtMemsetAsync", devPtr, maxCount, count);
+    if (err != ACL_SUCCESS)
+        return err;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    if (count == 0)
+        return ACL_SUCCESS;
+    return enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false);
+}
+
+/* -------------------------------------------------------------- callbacks */
+
+/* Host callbacks run on the thread that subscribed to the stream, inside its
+ * aclrtProcessReport calls. */
+typedef struct report {
+    struct report *next;
+    aclrtCallback fn;
+    void *user_data;
+    bool blocking;
+    _Atomic bool done;
+} report_t;
+
+typedef struct report_queue {
+    struct report_queue *next;
+    uint64_t thread;
+    int subscriptions;
+    report_t *head, *tail;
+    pthread_cond_t cond;
+} report_queue_t;
+
+static pthread_mutex_t g_report_lock = PTHREAD_MUTEX_INITIALIZER;
+static report_queue_t *g_report_queues;
+
+static report_queue_t *find_queue(uint64_t thread)
+{
+    for (report_queue_t *q = g_report_queues; q != NULL; q = q->next)
+        if (q->thread == thread)
+            return q;
+    return NULL;
+}
+
+SIM_EXPORT aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream handle)
+{
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    pthread_mutex_lock(&g_report_lock);
+    uint64_t current = atomic_load(&stream->report_thread);
+    if (current != 0) {
+        pthread_mutex_unlock(&g_report_lock);
+        return sim_error(ACL_ERROR_RT_STREAM_SUBSCRIBE, "aclrtSubscribeReport: the stream is already subscribed by "
+                         "thread %llu", (unsigned long long)current);
+    }
+    report_queue_t *queue = find_queue(threadId);
+    if (queue == NULL) {
+        queue = calloc(1, sizeof *queue);
+        if (queue == NULL) {
+            pthread_mutex_unlock(&g_report_lock);
+            return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+        }
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&queue->cond, &attr);
+        pthread_condattr_destroy(&attr);
+        queue->thread = threadId;
+        queue->next = g_report_queues;
+        g_report_queues = queue;
+    }
+    queue->subscriptions++;
+    atomic_store(&stream->report_thread, threadId);
+    pthread_mutex_unlock(&g_report_lock);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream handle)
+{
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    pthread_mutex_lock(&g_report_lock);
+    report_queue_t *queue = find_queue(threadId);
+    if (queue == NULL || atomic_load(&stream->report_thread) != threadId) {
+        pthread_mutex_unlock(&g_report_lock);
+        return sim_error(ACL_ERROR_RT_THREAD_SUBSCRIBE, "aclrtUnSubscribeReport: thread %llu is not subscribed to "
+                         "this stream", (unsigned long long)threadId);
+    }
+    atomic_store(&stream->report_thread, 0);
+    queue->subscriptions--;
+    pthread_mutex_unlock(&g_report_lock);
+    return ACL_SUCCESS;
+}
+
+typedef struct {
+    sim_task_t base;
+    uint64_t thread;
+    report_t *report;
+    bool posted;
+} callback_task_t;
+
+static int run_callback(sim_task_t *task, int64_t deadline_ns)
+{
+    callback_task_t *cb = (callback_task_t *)task;
+    if (!cb->posted) {
+        pthread_mutex_lock(&g_report_lock);
+        report_queue_t *queue = find_queue(cb->thread);
+        if (queue == NULL) {
+            pthread_mutex_unlock(&g_report_lock);
+            return sim_error(ACL_ERROR_RT_THREAD_SUBSCRIBE, "host callback: thread %llu no longer processes reports",
+                             (unsigned long long)cb->thread);
+        }
+        cb->report->next = NULL;
+        if (queue->tail == NULL)
+            queue->head = cb->report;
+        else
+            queue->tail->next = cb->report;
+        queue->tail = cb->report;
+        pthread_cond_broadcast(&queue->cond);
+        pthread_mutex_unlock(&g_report_lock);
+        cb->posted = true;
+        if (!cb->report->blocking) {
+            cb->report = NULL; /* the processing thread frees it */
+            return SIM_TASK_DONE;
+        }
+    }
+    sim_backoff_t backoff;
+    sim_backoff_init(&backoff);
+    while (!atomic_load(&cb->report->done)) {
+        if (sim_now_ns() >= deadline_ns)
+            return SIM_TASK_AGAIN;
+        if (sim_backoff_step(&backoff)) {
+            struct timespec pause = {0, 200 * 1000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return SIM_TASK_DONE;
+}
+
+static void free_callback_task(sim_task_t *task)
+{
+    callback_task_t *cb = (callback_task_t *)task;
+    if (cb->report != NULL && (!cb->posted || atomic_load(&cb->report->done)))
+        free(cb->report);
+    free(cb);
+}
+
+SIM_EXPORT aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                                        aclrtStream handle)
+{
+    if (fn == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: fn is NULL");
+    if (blockType != ACL_CALLBACK_NO_BLOCK && blockType != ACL_CALLBACK_BLOCK)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: unknown block type %d", (int)blockType);
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    if (stream == NULL)
+        return err;
+    uint64_t thread = atomic_load(&stream->report_thread);
+    if (thread == 0)
+        return sim_error(ACL_ERROR_RT_STREAM_NO_CB_REG, "aclrtLaunchCallback: no thread is subscribed to this stream "
+                         "(call aclrtSubscribeReport first)");
+    callback_task_t *task = calloc(1, sizeof *task);
+    report_t *report = calloc(1, sizeof *report);
+    if (task == NULL || report == NULL) {
+        free(task);
+        free(report);
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    }
+    report->fn = fn;
+    report->user_data = userData;
+    report->blocking = blockType == ACL_CALLBACK_BLOCK;
+    task->base.run = run_callback;
+    task->base.release = free_callback_task;
+    task->base.name = "callback";
+    task->thread = thread;
+    task->report = report;
+    sim_stream_enqueue(stream, &task->base);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtProcessReport(int32_t timeout)
+{
+    if (timeout < -1)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtProcessReport: timeout %d must be -1 or >= 0 milliseconds",
+                         (int)timeout);
+    uint64_t self = (uint64_t)pthread_self();
+    pthread_mutex_lock(&g_report_lock);
+    report_queue_t *queue = find_queue(self);
+    if (queue == NULL || queue->subscriptions == 0) {
+        pthread_mutex_unlock(&g_report_lock);
+        return sim_error(ACL_ERROR_RT_THREAD_SUBSCRIBE, "aclrtProcessReport: this thread is not subscribed to any "
+                         "stream (aclrtSubscribeReport)");
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    if (timeout > 0) {
+        until.tv_sec += timeout / 1000;
+        until.tv_nsec += (long)(timeout % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    while (queue->head == NULL) {
+        if (timeout == 0) {
+            pthread_mutex_unlock(&g_report_lock);
+            return sim_error(ACL_ERROR_RT_REPORT_TIMEOUT, "aclrtProcessReport: no callback pending");
+        }
+        int rc = timeout < 0 ? pthread_cond_wait(&queue->cond, &g_report_lock)
+                             : pthread_cond_timedwait(&queue->cond, &g_report_lock, &until);
+        if (rc == ETIMEDOUT && queue->head == NULL) {
+            pthread_mutex_unlock(&g_report_lock);
+            return sim_error(ACL_ERROR_RT_REPORT_TIMEOUT, "aclrtProcessReport: no callback within %d ms", (int)timeout);
+        }
+    }
+    report_t *report = queue->head;
+    queue->head = report->next;
+    if (queue->head == NULL)
+        queue->tail = NULL;
+    pthread_mutex_unlock(&g_report_lock);
+    report->fn(report->user_data);
+    if (report->blocking)
+        atomic_store(&report->done, true);
+    else
+        free(report);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------------- fork */
+
+void sim_stream_after_fork(void)
+{
+    pthread_mutex_init(&g_report_lock, NULL);
+    g_report_queues = NULL;
+}

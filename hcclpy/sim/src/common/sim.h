@@ -1,0 +1,175 @@
+/*
+ * Internal interface between the simulator's two libraries.
+ *
+ * libascendcl.so owns the process-wide runtime state (devices, device memory
+ * arenas, streams, events, the handle table, thread-local error text) and
+ * exports the functions below with the `sim_` prefix; libhccl.so links against
+ * it and builds communicators and collectives on top.  Nothing here is part of
+ * the public CANN ABI.
+ */
+#ifndef HCCLPY_SIM_H
+#define HCCLPY_SIM_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+#define SIM_EXPORT __attribute__((visibility("default")))
+#define SIM_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define SIM_CACHELINE 64
+#define SIM_ALIGNED __attribute__((aligned(SIM_CACHELINE)))
+
+/* ------------------------------------------------------------------ time */
+
+SIM_EXPORT int64_t sim_now_ns(void);
+#define SIM_NS_PER_MS 1000000LL
+#define SIM_NS_PER_S 1000000000LL
+#define SIM_NO_DEADLINE INT64_MAX
+
+/* ---------------------------------------------------------------- errors */
+
+/* Records `code` and a message as this thread's most recent error (read back by
+ * aclGetRecentErrMsg / aclrtGetLastError) and returns `code`. */
+SIM_EXPORT int sim_error(int code, const char *fmt, ...) SIM_PRINTF(2, 3);
+SIM_EXPORT int sim_verror(int code, const char *fmt, va_list ap);
+/* The text of the most recent error, or "" (not cleared). */
+SIM_EXPORT const char *sim_error_text(void);
+
+/* ------------------------------------------------------------ environment */
+
+typedef struct {
+    int device_count;               /* visible devices */
+    int physical_count;             /* HCCLPY_SIM_DEVICES */
+    int visible[256];               /* logical id -> physical id */
+    uint64_t device_memory;         /* bytes per device */
+    char node[64];                  /* label of the simulated server */
+} sim_config_t;
+
+SIM_EXPORT const sim_config_t *sim_config(void);
+/* A duration in seconds from the environment (fractions allowed); `fallback`
+ * when unset or unparsable. */
+SIM_EXPORT double sim_env_seconds(const char *name, double fallback);
+/* Parses "123", "64K", "8G" ...; returns false on junk. */
+SIM_EXPORT bool sim_parse_size(const char *text, uint64_t *out);
+
+/* ---------------------------------------------------------------- handles */
+
+/* Every handle given to a caller (stream, event, context, communicator) is an
+ * index into one table plus a generation, never a raw pointer: a stale or
+ * random handle is detected without dereferencing anything. */
+enum sim_kind { SIM_KIND_STREAM = 1, SIM_KIND_EVENT, SIM_KIND_CONTEXT, SIM_KIND_COMM };
+
+SIM_EXPORT void *sim_handle_new(enum sim_kind kind, void *object);
+SIM_EXPORT void *sim_handle_get(const void *handle, enum sim_kind kind);
+SIM_EXPORT void sim_handle_free(const void *handle);
+
+/* ---------------------------------------------------------------- waiting */
+
+/* Linux futex on a 32-bit word; `shared` selects cross-process futexes. */
+SIM_EXPORT int sim_futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns, bool shared);
+SIM_EXPORT void sim_futex_wake(_Atomic uint32_t *word, bool shared);
+
+/* Escalating wait: spin, then yield, then sleep.  `sim_backoff_step` returns
+ * true when the caller should now sleep on its futex instead of spinning. */
+typedef struct {
+    uint32_t rounds;
+    int64_t started_ns;
+    bool no_spin; /* skip straight to yielding (more runnable ranks than cores) */
+} sim_backoff_t;
+
+SIM_EXPORT void sim_backoff_init(sim_backoff_t *b);
+SIM_EXPORT bool sim_backoff_step(sim_backoff_t *b);
+
+/* Wakes the workers of this process's streams that hold work nobody runs; a
+ * thread calls it before it goes to sleep waiting for another rank, because
+ * that rank's work may be sitting on a stream of this process. */
+SIM_EXPORT void sim_kick_idle_streams(void);
+
+/* ----------------------------------------------------------------- memory */
+
+/* Where a device arena lives, in a form another process can open. */
+typedef struct {
+    int32_t pid;
+    int32_t fd;
+    uint64_t uid;
+    uint64_t size;
+} sim_arena_loc_t;
+
+/* Makes sure `device` (logical id) has its arena and returns its location. */
+SIM_EXPORT int sim_device_arena(int device, sim_arena_loc_t *loc, char **base);
+/* Maps another process's arena (cached per process); NULL on failure with
+ * the reason recorded by sim_error. */
+SIM_EXPORT char *sim_arena_map(const sim_arena_loc_t *loc);
+/* Drops one reference taken by sim_arena_map. */
+SIM_EXPORT void sim_arena_unmap(const sim_arena_loc_t *loc);
+
+/* Checks that [ptr, ptr + bytes) lies inside one live allocation of `device`'s
+ * arena.  Returns 0 and the offset in the arena, or 1 when the pointer is not
+ * inside any live allocation of that device, or 2 when it is but the range
+ * runs past the end of the allocation; `why` then describes the problem. */
+SIM_EXPORT int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offset,
+                                char *why, size_t why_len);
+
+SIM_EXPORT int sim_device_physical(int device);
+SIM_EXPORT int sim_current_device(int *device);
+
+/* ---------------------------------------------------------------- streams */
+
+typedef struct sim_task sim_task_t;
+
+/* A task returns SIM_TASK_DONE, SIM_TASK_AGAIN (it must wait and the caller's
+ * deadline has passed: its state is kept and it is resumed later, possibly by
+ * another thread), or an aclError code (the stream becomes failed). */
+#define SIM_TASK_DONE 0
+#define SIM_TASK_AGAIN (-1)
+
+struct sim_task {
+    sim_task_t *next;
+    int (*run)(sim_task_t *task, int64_t caller_deadline_ns);
+    void (*release)(sim_task_t *task);
+    /* Called instead of run() when the stream has already failed. */
+    void (*cancel)(sim_task_t *task);
+    const char *name;
+    int64_t enqueued_ns; /* set by sim_stream_enqueue */
+};
+
+typedef struct sim_stream sim_stream_t;
+
+/* Resolves a stream handle; NULL means the current context's default stream. */
+SIM_EXPORT sim_stream_t *sim_stream_resolve(const void *handle, int *err);
+SIM_EXPORT int sim_stream_device(const sim_stream_t *stream);
+/* Queues a task; the stream takes ownership (it calls task->release). */
+SIM_EXPORT void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task);
+/* Number of tasks ever enqueued / finished on the stream. */
+SIM_EXPORT uint64_t sim_stream_enqueued(const sim_stream_t *stream);
+/* Runs or waits for the stream's tasks up to index `target` (1-based count).
+ * Returns 0, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT at the deadline, or the
+ * stream's sticky error. */
+SIM_EXPORT int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_ns);
+/* Fails the stream from inside a running task: the message is kept with the
+ * stream so the thread that synchronises sees it. */
+SIM_EXPORT void sim_stream_fail_message(sim_stream_t *stream, const char *message);
+SIM_EXPORT void sim_stream_ref(sim_stream_t *stream);
+SIM_EXPORT void sim_stream_unref(sim_stream_t *stream);
+
+/* ------------------------------------------------------------------ misc */
+
+/* Process start time (clock ticks since boot) of `pid`, 0 if it is gone. */
+SIM_EXPORT uint64_t sim_process_start_time(pid_t pid);
+/* True when `pid` with that start time is still running. */
+SIM_EXPORT bool sim_process_alive(pid_t pid, uint64_t start_time);
+
+/* A 64-bit value that differs between processes and calls. */
+SIM_EXPORT uint64_t sim_random64(void);
+
+/* Increments each time the process forks (the child starts fresh). */
+SIM_EXPORT uint64_t sim_fork_generation(void);
+
+#define SIM_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SIM_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,659 @@
+/* Executing operations on a stream.
+ *
+ * Every operation is a small state machine (`phase`) so it can stop whenever
+ * it must wait for other ranks and be resumed later, possibly by another
+ * thread: a thread synchronising with a timeout gives the operation back at
+ * its deadline, and the stream's worker finishes it.
+ *
+ * Collectives follow one pattern.  Each rank publishes a descriptor (its
+ * buffers as offsets in its device arena, count, dtype, ...) and raises its
+ * progress word; once every rank has arrived, each does its share of the work
+ * directly on the peers' device memory, raises its progress again, and the
+ * operation completes when every rank has finished (so no rank reuses a
+ * buffer a peer still reads).  Point-to-point transfers use a channel per
+ * (sender, receiver) pair: the sender posts a descriptor, the receiver copies
+ * straight from the sender's memory and acknowledges.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acl/acl.h"
+#include "hccl/internal.h"
+
+#define PROGRESS(seq, phase) (((uint64_t)(seq) << 16) | (uint64_t)(phase))
+#define HEALTH_CHECK_NS (20 * SIM_NS_PER_MS)
+#define SLEEP_SLICE_NS (2 * SIM_NS_PER_MS)
+
+enum { STEP_DONE = 0, STEP_BLOCKED = -100, STEP_MOVED = -101 };
+
+static bool is_collective(uint32_t type)
+{
+    return type != HCCL_CMD_SEND && type != HCCL_CMD_RECEIVE && type != HCCL_CMD_BATCH_SEND_RECV;
+}
+
+static const op_desc_t *desc_of(const hccl_comm_t *comm, uint32_t rank)
+{
+    return &comm_slot(comm, rank)->op;
+}
+
+static char *buffer_of(const hccl_comm_t *comm, uint32_t rank, uint64_t offset)
+{
+    return comm->peer_base[rank] + offset;
+}
+
+static bool all_reached(const hccl_comm_t *comm, uint64_t target)
+{
+    for (uint32_t r = 0; r < comm->nranks; r++)
+        if (atomic_load_explicit(&comm_slot(comm, r)->progress, memory_order_acquire) < target)
+            return false;
+    return true;
+}
+
+/* --------------------------------------------------------------- describe */
+
+static int describe(const op_desc_t *d, char *out, size_t len)
+{
+    const char *dtype = hccl_dtype_name(d->dtype);
+    switch (d->type) {
+    case HCCL_CMD_ALLREDUCE:
+    case HCCL_CMD_REDUCE_SCATTER:
+        return snprintf(out, len, "%s(count=%llu, %s, %s)", hccl_cmd_name(d->type), (unsigned long long)d->count,
+                        dtype, hccl_op_name(d->op));
+    case HCCL_CMD_REDUCE:
+        return snprintf(out, len, "reduce(count=%llu, %s, %s, root=%u)", (unsigned long long)d->count, dtype,
+                        hccl_op_name(d->op), d->root);
+    case HCCL_CMD_BROADCAST:
+    case HCCL_CMD_SCATTER:
+        return snprintf(out, len, "%s(count=%llu, %s, root=%u)", hccl_cmd_name(d->type), (unsigned long long)d->count,
+                        dtype, d->root);
+    case HCCL_CMD_ALLGATHER:
+    case HCCL_CMD_ALLTOALL:
+        return snprintf(out, len, "%s(count=%llu, %s)", hccl_cmd_name(d->type), (unsigned long long)d->count, dtype);
+    case HCCL_CMD_REDUCE_SCATTER_V:
+        return snprintf(out, len, "reduce_scatter_v(%s, %s)", dtype, hccl_op_name(d->op));
+    case HCCL_CMD_BARRIER:
+        return snprintf(out, len, "barrier()");
+    default:
+        return snprintf(out, len, "%s(%s)", hccl_cmd_name(d->type), dtype);
+    }
+}
+
+/* Checks that rank `peer` called the same collective as this rank. */
+static bool same_call(const op_desc_t *a, const op_desc_t *b)
+{
+    if (a->type != b->type || a->seq != b->seq)
+        return false;
+    switch (a->type) {
+    case HCCL_CMD_ALLREDUCE:
+    case HCCL_CMD_REDUCE_SCATTER:
+        return a->count == b->count && a->dtype == b->dtype && a->op == b->op;
+    case HCCL_CMD_REDUCE:
+        return a->count == b->count && a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+    case HCCL_CMD_BROADCAST:
+    case HCCL_CMD_SCATTER:
+        return a->count == b->count && a->dtype == b->dtype && a->root == b->root;
+    case HCCL_CMD_ALLGATHER:
+    case HCCL_CMD_ALLTOALL:
+    case HCCL_CMD_ALLTOALLVC: /* count holds a digest of the count matrix */
+        return a->count == b->count && a->dtype == b->dtype;
+    case HCCL_CMD_REDUCE_SCATTER_V:
+        return a->dtype == b->dtype && a->op == b->op;
+    case HCCL_CMD_ALLTOALLV:
+    case HCCL_CMD_ALLGATHER_V:
+        return a->dtype == b->dtype;
+    default:
+        return true;
+    }
+}
+
+static int check_signatures(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    const op_desc_t *mine = desc_of(comm, comm->rank);
+    for (uint32_t r = 0; r < comm->nranks; r++) {
+        const op_desc_t *theirs = desc_of(comm, r);
+        if (r == comm->rank || same_call(mine, theirs))
+            continue;
+        char a[160], b[160];
+        describe(mine, a, sizeof a);
+        describe(theirs, b, sizeof b);
+        if (mine->type == HCCL_CMD_ALLTOALLVC && theirs->type == HCCL_CMD_ALLTOALLVC)
+            snprintf(b + strlen(b), sizeof b - strlen(b), " with a different count matrix");
+        return hccl_error(HCCL_E_PARA, "collective mismatch on '%s' at operation #%llu: rank %u called %s but rank "
+                          "%u called %s", comm->name, (unsigned long long)op->cseq, comm->rank, a, r, b);
+    }
+    return STEP_DONE;
+}
+
+/* ------------------------------------------------------------------ work */
+
+/* The contiguous share of `count` elements rank `rank` handles, in whole
+ * cache lines so no two ranks write the same line. */
+static void share(uint64_t count, uint32_t nranks, uint32_t rank, size_t elem, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t unit = elem >= 64 ? 1 : 64 / elem;
+    uint64_t per = (count + nranks - 1) / nranks;
+    per = (per + unit - 1) / unit * unit;
+    *lo = SIM_MIN(count, per * rank);
+    *hi = SIM_MIN(count, *lo + per);
+}
+
+static void copy_if_distinct(void *dst, const void *src, uint64_t bytes)
+{
+    if (dst != src && bytes > 0)
+        memmove(dst, src, bytes);
+}
+
+static int work_all_reduce(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t lo, hi;
+    share(op->count, comm->nranks, comm->rank, elem, &lo, &hi);
+    if (hi == lo)
+        return STEP_DONE;
+    for (uint32_t r = 0; r < comm->nranks; r++) {
+        const op_desc_t *d = desc_of(comm, r);
+        comm->scratch_in[r] = buffer_of(comm, r, d->send_offset) + lo * elem;
+        comm->scratch_out[r] = buffer_of(comm, r, d->recv_offset) + lo * elem;
+    }
+    hccl_reduce(comm->scratch_out, (int)comm->nranks, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op);
+    return STEP_DONE;
+}
+
+static int work_reduce(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t lo, hi;
+    share(op->count, comm->nranks, comm->rank, elem, &lo, &hi);
+    if (hi == lo)
+        return STEP_DONE;
+    for (uint32_t r = 0; r < comm->nranks; r++)
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem;
+    comm->scratch_out[0] = buffer_of(comm, op->root, desc_of(comm, op->root)->recv_offset) + lo * elem;
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op);
+    return STEP_DONE;
+}
+
+static int work_broadcast(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t lo, hi;
+    share(op->count, comm->nranks, comm->rank, elem, &lo, &hi);
+    const char *src = buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + lo * elem;
+    for (uint32_t r = 0; r < comm->nranks && hi > lo; r++)
+        if (r != op->root)
+            memcpy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem);
+    return STEP_DONE;
+}
+
+static int work_all_gather(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t bytes = op->count * elem;
+    for (uint32_t r = 0; r < comm->nranks; r++)
+        copy_if_distinct(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes);
+    return STEP_DONE;
+}
+
+static int work_reduce_scatter(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t bytes = op->count * elem;
+    for (uint32_t r = 0; r < comm->nranks; r++)
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + comm->rank * bytes;
+    comm->scratch_out[0] = op->recv;
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, op->count, op->dtype, op->op);
+    return STEP_DONE;
+}
+
+static int work_all_to_all(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t bytes = op->count * elem;
+    for (uint32_t r = 0; r < comm->nranks; r++)
+        memcpy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
+               bytes);
+    return STEP_DONE;
+}
+
+static int work_scatter(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint64_t bytes = op->count * elem;
+    copy_if_distinct(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
+                     bytes);
+    return STEP_DONE;
+}
+
+/* vectors: sendCounts, sdispls, recvCounts, rdispls; the first two are also
+ * published in the slot so peers can pull from this rank. */
+static int work_all_to_all_v(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks, me = comm->rank;
+    const uint64_t *recv_counts = op->vectors + 2 * n, *rdispls = op->vectors + 3 * n;
+    for (uint32_t r = 0; r < n; r++) {
+        const uint64_t *theirs = slot_vectors(comm, r);
+        uint64_t count = theirs[me], displ = theirs[n + me];
+        if (count != recv_counts[r])
+            return hccl_error(HCCL_E_PARA, "all_to_all_v #%llu on '%s': rank %u sends %llu elements to rank %u, "
+                              "which expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
+                              (unsigned long long)count, me, r, (unsigned long long)recv_counts[r]);
+        copy_if_distinct((char *)op->recv + rdispls[r] * elem,
+                         buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem, count * elem);
+    }
+    return STEP_DONE;
+}
+
+static int work_all_to_all_vc(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks, me = comm->rank;
+    const uint64_t *m = op->vectors; /* m[i * n + j]: elements rank i sends to rank j */
+    uint64_t recv_at = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        uint64_t send_at = 0;
+        for (uint32_t k = 0; k < me; k++)
+            send_at += m[(uint64_t)r * n + k];
+        uint64_t count = m[(uint64_t)r * n + me];
+        copy_if_distinct((char *)op->recv + recv_at * elem,
+                         buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem, count * elem);
+        recv_at += count;
+    }
+    return STEP_DONE;
+}
+
+/* vectors: recvCounts, recvDispls. */
+static int work_all_gather_v(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks;
+    const uint64_t *recv_counts = op->vectors, *displs = op->vectors + n;
+    for (uint32_t r = 0; r < n; r++) {
+        const op_desc_t *d = desc_of(comm, r);
+        if (d->count != recv_counts[r])
+            return hccl_error(HCCL_E_PARA, "all_gather_v #%llu on '%s': rank %u sends %llu elements, but rank %u "
+                              "expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
+                              (unsigned long long)d->count, comm->rank, r, (unsigned long long)recv_counts[r]);
+        copy_if_distinct((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem);
+    }
+    return STEP_DONE;
+}
+
+/* vectors: sendCounts, sendDispls (published). */
+static int work_reduce_scatter_v(op_task_t *op, size_t elem)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks, me = comm->rank;
+    for (uint32_t r = 0; r < n; r++) {
+        const uint64_t *theirs = slot_vectors(comm, r);
+        if (theirs[me] != op->recv_count)
+            return hccl_error(HCCL_E_PARA, "reduce_scatter_v #%llu on '%s': rank %u contributes sendCounts[%u] = "
+                              "%llu elements, but rank %u has recvCount = %llu", (unsigned long long)op->cseq,
+                              comm->name, r, me, (unsigned long long)theirs[me], me,
+                              (unsigned long long)op->recv_count);
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + theirs[n + me] * elem;
+    }
+    comm->scratch_out[0] = op->recv;
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)n, op->recv_count, op->dtype, op->op);
+    return STEP_DONE;
+}
+
+static int do_work(op_task_t *op)
+{
+    size_t elem = hccl_dtype_size(op->dtype);
+    switch (op->type) {
+    case HCCL_CMD_ALLREDUCE: return work_all_reduce(op, elem);
+    case HCCL_CMD_REDUCE: return work_reduce(op, elem);
+    case HCCL_CMD_BROADCAST: return work_broadcast(op, elem);
+    case HCCL_CMD_ALLGATHER: return work_all_gather(op, elem);
+    case HCCL_CMD_REDUCE_SCATTER: return work_reduce_scatter(op, elem);
+    case HCCL_CMD_ALLTOALL: return work_all_to_all(op, elem);
+    case HCCL_CMD_SCATTER: return work_scatter(op, elem);
+    case HCCL_CMD_ALLTOALLV: return work_all_to_all_v(op, elem);
+    case HCCL_CMD_ALLTOALLVC: return work_all_to_all_vc(op, elem);
+    case HCCL_CMD_ALLGATHER_V: return work_all_gather_v(op, elem);
+    case HCCL_CMD_REDUCE_SCATTER_V: return work_reduce_scatter_v(op, elem);
+    default: return STEP_DONE; /* barrier */
+    }
+}
+
+static uint64_t digest(const uint64_t *values, uint64_t count)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint64_t i = 0; i < count; i++) {
+        h ^= values[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static void publish_descriptor(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks;
+    op_desc_t *d = &comm_slot(comm, comm->rank)->op;
+    d->seq = op->cseq;
+    d->type = op->type;
+    d->dtype = op->dtype;
+    d->recv_dtype = op->recv_dtype;
+    d->op = op->op;
+    d->root = op->root;
+    d->count = op->count;
+    d->send_offset = op->send_offset;
+    d->recv_offset = op->recv_offset;
+    uint64_t *vectors = slot_vectors(comm, comm->rank);
+    if (op->type == HCCL_CMD_ALLTOALLV || op->type == HCCL_CMD_REDUCE_SCATTER_V)
+        memcpy(vectors, op->vectors, 2 * n * sizeof *vectors);
+    if (op->type == HCCL_CMD_ALLTOALLVC)
+        d->count = digest(op->vectors, (uint64_t)n * n);
+}
+
+static int step_collective(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    switch (op->phase) {
+    case 0:
+        publish_descriptor(op);
+        hccl_publish(comm, PROGRESS(op->cseq, 1));
+        op->phase = 1;
+        /* fall through */
+    case 1: {
+        if (!all_reached(comm, PROGRESS(op->cseq, 1)))
+            return STEP_BLOCKED;
+        int rc = check_signatures(op);
+        if (rc == STEP_DONE)
+            rc = do_work(op);
+        if (rc != STEP_DONE)
+            return rc;
+        hccl_publish(comm, PROGRESS(op->cseq, 2));
+        op->phase = 2;
+    }
+        /* fall through */
+    default:
+        return all_reached(comm, PROGRESS(op->cseq, 2)) ? STEP_DONE : STEP_BLOCKED;
+    }
+}
+
+/* ---------------------------------------------------------- point to point */
+
+enum { ITEM_NEW = 0, ITEM_POSTED, ITEM_DONE };
+
+static int send_progress(op_task_t *op, uint32_t i)
+{
+    hccl_comm_t *comm = op->comm;
+    const HcclSendRecvItem *item = &op->items[i];
+    uint32_t peer = item->remoteRank;
+    if (op->item_state[i] == ITEM_NEW) {
+        /* One descriptor per channel: an earlier send to the same peer in this
+         * batch must be consumed first. */
+        for (uint32_t j = 0; j < i; j++)
+            if (op->items[j].sendRecvType == HCCL_SEND && op->items[j].remoteRank == peer &&
+                op->item_state[j] != ITEM_DONE)
+                return STEP_BLOCKED;
+        p2p_out_t *out = &slot_p2p_out(comm, comm->rank)[peer];
+        uint64_t seq = ++comm->send_seq[peer];
+        out->count = item->count;
+        out->dtype = item->dataType;
+        uint64_t offset = 0;
+        char why[8];
+        sim_device_range(comm->device, item->buf, 0, &offset, why, sizeof why);
+        out->offset = offset;
+        atomic_store_explicit(&out->posted, seq, memory_order_release);
+        hccl_wake(comm);
+        op->item_seq[i] = seq;
+        op->item_state[i] = ITEM_POSTED;
+        return STEP_MOVED;
+    }
+    p2p_in_t *in = &slot_p2p_in(comm, peer)[comm->rank];
+    if (atomic_load_explicit(&in->consumed, memory_order_acquire) < op->item_seq[i])
+        return STEP_BLOCKED;
+    uint32_t status = atomic_load(&in->status);
+    if (status != HCCL_SUCCESS)
+        return hccl_error((HcclResult)status, "send of %llu %s from rank %u to rank %u on '%s' was refused by the "
+                          "receiver: it posted a receive of a different size or type", (unsigned long long)item->count,
+                          hccl_dtype_name(item->dataType), comm->rank, peer, comm->name);
+    op->item_state[i] = ITEM_DONE;
+    return STEP_MOVED;
+}
+
+static int recv_progress(op_task_t *op, uint32_t i)
+{
+    hccl_comm_t *comm = op->comm;
+    const HcclSendRecvItem *item = &op->items[i];
+    uint32_t peer = item->remoteRank;
+    if (op->item_state[i] == ITEM_NEW) {
+        op->item_seq[i] = ++comm->recv_seq[peer];
+        op->item_state[i] = ITEM_POSTED;
+    }
+    p2p_out_t *out = &slot_p2p_out(comm, peer)[comm->rank];
+    if (atomic_load_explicit(&out->posted, memory_order_acquire) < op->item_seq[i])
+        return STEP_BLOCKED;
+    p2p_in_t *in = &slot_p2p_in(comm, comm->rank)[peer];
+    if (out->count != item->count || out->dtype != (uint32_t)item->dataType) {
+        atomic_store(&in->status, HCCL_E_PARA);
+        atomic_store_explicit(&in->consumed, op->item_seq[i], memory_order_release);
+        hccl_wake(comm);
+        return hccl_error(HCCL_E_PARA, "rank %u sent %llu %s to rank %u on '%s', but rank %u posted a receive of "
+                          "%llu %s", peer, (unsigned long long)out->count, hccl_dtype_name(out->dtype), comm->rank,
+                          comm->name, comm->rank, (unsigned long long)item->count, hccl_dtype_name(item->dataType));
+    }
+    size_t bytes = (size_t)item->count * hccl_dtype_size(item->dataType);
+    if (bytes > 0)
+        memcpy(item->buf, buffer_of(comm, peer, out->offset), bytes);
+    atomic_store(&in->status, HCCL_SUCCESS);
+    atomic_store_explicit(&in->consumed, op->item_seq[i], memory_order_release);
+    hccl_wake(comm);
+    op->item_state[i] = ITEM_DONE;
+    return STEP_MOVED;
+}
+
+static int step_p2p(op_task_t *op)
+{
+    for (;;) {
+        bool moved = false, done = true;
+        for (uint32_t i = 0; i < op->item_count; i++) {
+            if (op->item_state[i] == ITEM_DONE)
+                continue;
+            done = false;
+            int rc = op->items[i].sendRecvType == HCCL_SEND ? send_progress(op, i) : recv_progress(op, i);
+            if (rc == STEP_MOVED)
+                moved = true;
+            else if (rc != STEP_BLOCKED)
+                return rc;
+        }
+        if (done)
+            return STEP_DONE;
+        if (!moved)
+            return STEP_BLOCKED;
+    }
+}
+
+/* ------------------------------------------------------------- the engine */
+
+static int step(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    if (!op->started) {
+        /* Operations of one communicator run in the order they were queued,
+         * even when they sit on different streams. */
+        if (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1)
+            return STEP_BLOCKED;
+        op->started = true;
+        op->deadline_ns = comm->exec_timeout_ns > 0 ? sim_now_ns() + comm->exec_timeout_ns : SIM_NO_DEADLINE;
+    }
+    return is_collective(op->type) ? step_collective(op) : step_p2p(op);
+}
+
+static void finish(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    atomic_store_explicit(&comm->lseq_done, op->lseq, memory_order_release);
+    atomic_fetch_sub(&comm->pending, 1);
+    hccl_wake(comm);
+}
+
+static int acl_code_for(int hccl_code)
+{
+    switch (hccl_code) {
+    case HCCL_E_TIMEOUT: return ACL_ERROR_RT_TASK_TIMEOUT;
+    case HCCL_E_REMOTE: return ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
+    default: return ACL_ERROR_RT_AICPU_EXCEPTION;
+    }
+}
+
+static const char *api_name(uint32_t type)
+{
+    switch (type) {
+    case HCCL_CMD_BROADCAST: return "HcclBroadcast";
+    case HCCL_CMD_ALLREDUCE: return "HcclAllReduce";
+    case HCCL_CMD_REDUCE: return "HcclReduce";
+    case HCCL_CMD_SEND: return "HcclSend";
+    case HCCL_CMD_RECEIVE: return "HcclRecv";
+    case HCCL_CMD_ALLGATHER: return "HcclAllGather";
+    case HCCL_CMD_REDUCE_SCATTER: return "HcclReduceScatter";
+    case HCCL_CMD_ALLTOALLV: return "HcclAlltoAllV";
+    case HCCL_CMD_ALLTOALLVC: return "HcclAlltoAllVC";
+    case HCCL_CMD_ALLTOALL: return "HcclAlltoAll";
+    case HCCL_CMD_SCATTER: return "HcclScatter";
+    case HCCL_CMD_BATCH_SEND_RECV: return "HcclBatchSendRecv";
+    case HCCL_CMD_ALLGATHER_V: return "HcclAllGatherV";
+    case HCCL_CMD_REDUCE_SCATTER_V: return "HcclReduceScatterV";
+    case HCCL_CMD_BARRIER: return "HcclBarrier";
+    default: return "HCCL operation";
+    }
+}
+
+/* Ends a failed operation: the communicator is broken on every rank, the
+ * reason is kept for HcclGetCommAsyncError, and the stream fails. */
+static int fail(op_task_t *op, int code)
+{
+    hccl_comm_t *comm = op->comm;
+    char text[1024];
+    snprintf(text, sizeof text, "%s", sim_error_text());
+    uint32_t expected = HCCL_SUCCESS;
+    if (atomic_compare_exchange_strong(&comm->async_error, &expected, (uint32_t)code))
+        snprintf(comm->async_text, sizeof comm->async_text, "%s", text);
+    hccl_comm_abort(comm, (HcclResult)code, "%s", text);
+    finish(op);
+    return sim_error(acl_code_for(code), "%s failed on rank %u of '%s': %s (%s)", api_name(op->type), comm->rank,
+                     comm->name, text, hccl_result_name((HcclResult)code));
+}
+
+/* Names the ranks an operation is still waiting for. */
+static void describe_wait(op_task_t *op, char *out, size_t len)
+{
+    hccl_comm_t *comm = op->comm;
+    size_t used = (size_t)snprintf(out, len, "waiting for rank(s) ");
+    int listed = 0;
+    if (!op->started) {
+        snprintf(out, len, "an earlier operation of this communicator on another stream has not finished");
+        return;
+    }
+    for (uint32_t r = 0; r < comm->nranks && used < len - 32; r++) {
+        bool waiting;
+        if (is_collective(op->type)) {
+            waiting = atomic_load(&comm_slot(comm, r)->progress) < PROGRESS(op->cseq, op->phase == 0 ? 1 : op->phase);
+        } else {
+            waiting = false;
+            for (uint32_t i = 0; i < op->item_count; i++)
+                waiting |= op->items[i].remoteRank == r && op->item_state[i] != ITEM_DONE;
+        }
+        if (waiting && r != comm->rank) {
+            used += (size_t)snprintf(out + used, len - used, "%s%u", listed ? ", " : "", r);
+            if (++listed >= 16) {
+                snprintf(out + used, len - used, ", ...");
+                return;
+            }
+        }
+    }
+    if (listed == 0)
+        snprintf(out, len, "waiting for the other ranks");
+}
+
+static int check_health(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    seg_header_t *header = comm->header;
+    HcclResult broken = hccl_comm_broken(comm);
+    if (broken != HCCL_SUCCESS)
+        return hccl_error(broken == HCCL_E_TIMEOUT ? HCCL_E_TIMEOUT : HCCL_E_REMOTE,
+                          "rank %d failed first: %s", (int)header->abort_rank,
+                          atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
+    for (uint32_t r = 0; r < comm->nranks; r++) {
+        if (r == comm->rank)
+            continue;
+        slot_head_t *slot = comm_slot(comm, r);
+        if (atomic_load(&slot->state) == SLOT_LEFT)
+            return hccl_error(HCCL_E_REMOTE, "rank %u destroyed the communicator while rank %u was in %s #%llu",
+                              r, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+        if (!sim_process_alive(slot->pid, slot->start_time))
+            return hccl_error(HCCL_E_REMOTE, "rank %u (pid %d) died while rank %u was in %s #%llu", r,
+                              (int)slot->pid, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+    }
+    return HCCL_SUCCESS;
+}
+
+int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
+{
+    op_task_t *op = (op_task_t *)task;
+    hccl_comm_t *comm = op->comm;
+    seg_header_t *header = comm->header;
+    sim_backoff_t backoff;
+    sim_backoff_init(&backoff);
+    backoff.no_spin = comm->oversubscribed;
+    int64_t next_health = sim_now_ns() + HEALTH_CHECK_NS;
+    for (;;) {
+        uint32_t epoch = atomic_load(&header->epoch);
+        int rc = step(op);
+        if (rc == STEP_DONE) {
+            finish(op);
+            return SIM_TASK_DONE;
+        }
+        if (rc != STEP_BLOCKED)
+            return fail(op, rc);
+        if (hccl_comm_broken(comm) != HCCL_SUCCESS)
+            return fail(op, check_health(op));
+        int64_t now = sim_now_ns();
+        if (op->started && now > op->deadline_ns) {
+            char waiting[256];
+            describe_wait(op, waiting, sizeof waiting);
+            double seconds = (double)comm->exec_timeout_ns / 1e9;
+            return fail(op, hccl_error(HCCL_E_TIMEOUT, "%s #%llu timed out after %.3g s (HCCL_EXEC_TIMEOUT / "
+                                       "hcclExecTimeOut): %s", hccl_cmd_name(op->type), (unsigned long long)op->lseq,
+                                       seconds, waiting));
+        }
+        if (now > next_health) {
+            int health = check_health(op);
+            if (health != HCCL_SUCCESS)
+                return fail(op, health);
+            next_health = now + HEALTH_CHECK_NS;
+        }
+        if (now >= caller_deadline_ns)
+            return SIM_TASK_AGAIN;
+        if (!sim_backoff_step(&backoff))
+            continue;
+        /* About to sleep: the rank we wait for may be this process's, with
+         * its work sitting on a stream nobody runs. */
+        sim_kick_idle_streams();
+        int64_t slice = SLEEP_SLICE_NS;
+        slice = SIM_MIN(slice, SIM_MAX(0, op->deadline_ns - now));
+        slice = SIM_MIN(slice, SIM_MAX(0, caller_deadline_ns - now));
+        atomic_fetch_add(&header->sleepers, 1);
+        if (atomic_load(&header->epoch) == epoch)
+            sim_futex_wait(&header->epoch, epoch, slice, true);
+        atomic_fetch_sub(&header->sleepers, 1);
+    }
+}
+
+/* The stream failed before this operation ran: the peers would wait for it
+ * forever, so the communicator is marked broken for them. */
+void hccl_op_cancel(sim_task_t *task)
+{
+    op_task_t *op = (op_task_t *)task;
+    hccl_comm_t *comm = op->comm;
+    hccl_error(HCCL_E_REMOTE, "rank %u skipped %s #%llu because its stream had already failed", comm->rank,
+               hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+    fail(op, HCCL_E_REMOTE);
+}

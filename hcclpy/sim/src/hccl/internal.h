@@ -1,0 +1,253 @@
+/* Internal structures of libhccl.so. */
+#ifndef HCCLPY_SIM_HCCL_INTERNAL_H
+#define HCCLPY_SIM_HCCL_INTERNAL_H
+
+#include "common/sim.h"
+#include "hccl/hccl.h"
+
+#define HCCL_SIM_MAX_RANKS 4096u
+#define HCCL_SIM_MAX_COUNT 0x7FFFFFFFFULL /* SYS_MAX_COUNT of the real library */
+#define HCCL_SIM_NAME_BYTES 128
+
+/* ------------------------------------------------------------- root info */
+
+/* What HcclRootInfo carries: where the communicator's control segment is and
+ * how to check that it is the right one. */
+typedef struct {
+    char magic[8];
+    uint8_t token[16];
+    int32_t pid;            /* process holding the segment's memfd */
+    int32_t fd;
+    uint64_t start_time;    /* of that process, against pid reuse */
+    char node[64];
+} rootinfo_wire_t;
+
+/* -------------------------------------------------------- control segment */
+
+#define SEG_HEADER_BYTES 65536u
+#define SEG_SUBCOMM_ENTRIES 64
+
+enum { SLOT_FREE = 0, SLOT_CLAIMED, SLOT_JOINED, SLOT_LEFT };
+
+typedef struct {
+    _Atomic uint32_t state; /* 0 free, 1 being written, 2 posted */
+    _Atomic uint32_t readers;
+    uint64_t id;
+    uint32_t members;
+    rootinfo_wire_t wire;
+} subcomm_entry_t;
+
+typedef struct {
+    uint64_t magic;
+    uint32_t version;
+    uint8_t token[16];
+    _Atomic uint32_t nranks;        /* set by the first rank to join */
+    _Atomic uint32_t layout_ready;
+    _Atomic uint32_t joined;
+    uint64_t slot_bytes;
+    uint64_t total_bytes;
+    SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped whenever any rank publishes progress */
+    _Atomic uint32_t sleepers;
+    SIM_ALIGNED _Atomic uint32_t abort_code; /* HcclResult that broke the communicator */
+    _Atomic uint32_t abort_text_ready;
+    int32_t abort_rank;
+    char abort_text[512];
+    SIM_ALIGNED subcomm_entry_t subcomms[SEG_SUBCOMM_ENTRIES];
+} seg_header_t;
+
+/* One collective as a rank announces it to the others. */
+typedef struct {
+    uint64_t seq;
+    uint32_t type;          /* HcclCMDType */
+    uint32_t dtype;
+    uint32_t recv_dtype;
+    uint32_t op;
+    uint32_t root;
+    uint32_t pad;
+    uint64_t count;
+    uint64_t send_offset;   /* in the rank's device arena; UINT64_MAX = none */
+    uint64_t recv_offset;
+} op_desc_t;
+
+typedef struct {
+    SIM_ALIGNED _Atomic uint64_t progress;   /* (collective seq << 16) | phase */
+    SIM_ALIGNED _Atomic uint32_t state;
+    int32_t pid;
+    uint64_t start_time;
+    int32_t device;         /* logical, in its own process */
+    int32_t device_physical;
+    char node[64];
+    sim_arena_loc_t arena;
+    char name[HCCL_SIM_NAME_BYTES];
+    SIM_ALIGNED op_desc_t op;
+} slot_head_t;
+
+/* Point-to-point channel from a sender to one receiver (in the sender's slot). */
+typedef struct {
+    _Atomic uint64_t posted;
+    uint64_t count;
+    uint64_t offset;
+    uint32_t dtype;
+    uint32_t pad;
+} p2p_out_t;
+
+/* The receiver's answer (in the receiver's slot, indexed by sender). */
+typedef struct {
+    _Atomic uint64_t consumed;
+    _Atomic uint32_t status;  /* HcclResult of the match */
+    uint32_t pad;
+} p2p_in_t;
+
+/* ---------------------------------------------------------- communicator */
+
+typedef struct hccl_comm {
+    void *handle;
+    uint32_t rank, nranks;
+    int device;
+    bool is_subcomm;
+    char name[HCCL_SIM_NAME_BYTES];
+
+    char *segment;
+    uint64_t segment_bytes;
+    seg_header_t *header;
+
+    char **peer_base;               /* device arena base of every rank, mapped here */
+    sim_arena_loc_t *peer_arena;
+    const void **scratch_in;        /* nranks pointers each, for the running operation */
+    void **scratch_out;
+
+    pthread_mutex_t lock;           /* sequence numbers and enqueue order */
+    uint64_t next_lseq;             /* local order of every operation */
+    uint64_t next_cseq;             /* collectives, matched across ranks */
+    _Atomic uint64_t lseq_done;
+    uint64_t *send_seq, *recv_seq;  /* point-to-point, per peer */
+    _Atomic int pending;
+    _Atomic int refs;
+
+    int64_t exec_timeout_ns;        /* 0 = no limit */
+    bool oversubscribed;            /* more local ranks than cores: do not spin long */
+    _Atomic bool suspended;
+
+    _Atomic uint32_t async_error;
+    char async_text[1024];
+} hccl_comm_t;
+
+static inline slot_head_t *comm_slot(const hccl_comm_t *comm, uint32_t rank)
+{
+    return (slot_head_t *)(comm->segment + SEG_HEADER_BYTES + (uint64_t)rank * comm->header->slot_bytes);
+}
+
+static inline uint64_t *slot_vectors(const hccl_comm_t *comm, uint32_t rank)
+{
+    return (uint64_t *)((char *)comm_slot(comm, rank) + sizeof(slot_head_t));
+}
+
+static inline p2p_out_t *slot_p2p_out(const hccl_comm_t *comm, uint32_t rank)
+{
+    return (p2p_out_t *)(slot_vectors(comm, rank) + 2 * (uint64_t)comm->nranks);
+}
+
+static inline p2p_in_t *slot_p2p_in(const hccl_comm_t *comm, uint32_t rank)
+{
+    return (p2p_in_t *)(slot_p2p_out(comm, rank) + comm->nranks);
+}
+
+/* --------------------------------------------------------------- errors */
+
+int hccl_error(HcclResult code, const char *fmt, ...) SIM_PRINTF(2, 3);
+const char *hccl_result_name(HcclResult code);
+
+/* ----------------------------------------------------------------- comm */
+
+hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
+void hccl_comm_unref(hccl_comm_t *comm);
+/* Marks the communicator broken on every rank (first failure wins). */
+void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
+HcclResult hccl_comm_broken(const hccl_comm_t *comm);
+int hccl_get_root_info(rootinfo_wire_t *wire);
+int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
+                   int device, const char *node, HcclComm *out);
+void hccl_comm_after_fork(void);
+
+/* Publishes progress and wakes ranks sleeping on the communicator. */
+void hccl_publish(hccl_comm_t *comm, uint64_t progress);
+void hccl_wake(hccl_comm_t *comm);
+
+/* ------------------------------------------------------------- datatypes */
+
+/* Element size, or 0 for a type the simulator does not move. */
+size_t hccl_dtype_size(HcclDataType dtype);
+const char *hccl_dtype_name(uint32_t dtype);
+const char *hccl_op_name(uint32_t op);
+const char *hccl_cmd_name(uint32_t type);
+
+/* outs[k][i] = ins[0][i] op ins[1][i] op ... (in rank order) for every k.
+ * Inputs may alias outputs: each block is read completely before it is written. */
+void hccl_reduce(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count, HcclDataType dtype,
+                 HcclReduceOp op);
+
+/* ------------------------------------------------------------ operations */
+
+typedef struct op_task op_task_t;
+
+struct op_task {
+    sim_task_t base;
+    hccl_comm_t *comm;
+    sim_stream_t *stream;
+    uint32_t type;          /* HcclCMDType */
+    uint64_t lseq, cseq;
+
+    void *send, *recv;
+    uint64_t send_offset, recv_offset; /* in this rank's arena; UINT64_MAX = none */
+    uint64_t count, recv_count;
+    HcclDataType dtype, recv_dtype;
+    HcclReduceOp op;
+    uint32_t root, peer;
+    uint64_t *vectors;      /* copies of the caller's count / displacement arrays */
+    uint32_t vector_count;
+    HcclSendRecvItem *items;
+    uint32_t item_count;
+
+    /* execution state */
+    bool started;
+    int phase;
+    int64_t deadline_ns;
+    uint64_t *item_seq;
+    uint8_t *item_state;
+};
+
+op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type);
+void hccl_op_free(op_task_t *op);
+/* Assigns sequence numbers and queues the operation on its stream. */
+void hccl_op_submit(op_task_t *op);
+int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns);
+void hccl_op_cancel(sim_task_t *task);
+
+/* Several communicator initialisations run at once, one thread each. */
+typedef struct {
+    pthread_t thread;
+    uint32_t nranks, rank;
+    rootinfo_wire_t wire;
+    HcclCommConfig config;
+    bool has_config;
+    int device;
+    bool set_device;
+    HcclComm comm;
+    HcclComm *out;
+    int err;
+    char text[1024];
+} init_job_t;
+
+int hccl_run_init_jobs(init_job_t *jobs, uint32_t count);
+
+/* group.c */
+bool hccl_group_active(void);
+int hccl_group_add_op(op_task_t *op);
+int hccl_group_add_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
+                        int device, HcclComm *out);
+
+/* ranktable.c */
+int hccl_rank_table_rendezvous(const char *path, uint32_t rank, uint32_t *nranks, int *device, char *node,
+                               size_t node_len, rootinfo_wire_t *wire);
+
+#endif

@@ -1,0 +1,763 @@
+/* The HCCL operation entry points: every argument is checked before anything
+ * is queued, then the operation is queued on the caller's stream (or held
+ * until HcclGroupEnd). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hccl/internal.h"
+
+/* ------------------------------------------------------------ op objects */
+
+static void release_op(sim_task_t *task)
+{
+    hccl_op_free((op_task_t *)task);
+}
+
+op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type)
+{
+    op_task_t *op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return NULL;
+    op->base.run = hccl_op_run;
+    op->base.cancel = hccl_op_cancel;
+    op->base.release = release_op;
+    op->base.name = hccl_cmd_name(type);
+    op->comm = comm;
+    op->stream = stream;
+    op->type = type;
+    op->send_offset = op->recv_offset = UINT64_MAX;
+    atomic_fetch_add(&comm->refs, 1);
+    return op;
+}
+
+void hccl_op_free(op_task_t *op)
+{
+    hccl_comm_unref(op->comm);
+    free(op->vectors);
+    free(op->items);
+    free(op->item_seq);
+    free(op->item_state);
+    free(op);
+}
+
+void hccl_op_submit(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    pthread_mutex_lock(&comm->lock);
+    op->lseq = ++comm->next_lseq;
+    if (op->type != HCCL_CMD_SEND && op->type != HCCL_CMD_RECEIVE && op->type != HCCL_CMD_BATCH_SEND_RECV)
+        op->cseq = ++comm->next_cseq;
+    atomic_fetch_add(&comm->pending, 1);
+    sim_stream_enqueue(op->stream, &op->base);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+static int dispatch(op_task_t *op)
+{
+    if (hccl_group_active())
+        return hccl_group_add_op(op);
+    hccl_op_submit(op);
+    return HCCL_SUCCESS;
+}
+
+/* ------------------------------------------------------------- validation */
+
+typedef struct {
+    const char *api;
+    hccl_comm_t *comm;
+    sim_stream_t *stream;
+} call_t;
+
+static int begin(call_t *call, const char *api, HcclComm comm_handle, aclrtStream stream_handle)
+{
+    call->api = api;
+    int err = HCCL_SUCCESS;
+    call->comm = hccl_comm_lookup(comm_handle, api, &err);
+    if (call->comm == NULL)
+        return err;
+    if (stream_handle == NULL)
+        return hccl_error(HCCL_E_PTR, "%s: stream is NULL (HCCL operations need a stream from aclrtCreateStream)",
+                          api);
+    call->stream = sim_handle_get(stream_handle, SIM_KIND_STREAM);
+    if (call->stream == NULL)
+        return hccl_error(HCCL_E_PARA, "%s: %p is not a live stream (never created, or destroyed)", api,
+                          stream_handle);
+    int device = sim_stream_device(call->stream);
+    if (device != call->comm->device)
+        return hccl_error(HCCL_E_PARA, "%s: the stream belongs to device %d but communicator '%s' to device %d", api,
+                          device, call->comm->name, call->comm->device);
+    if (atomic_load(&call->comm->suspended))
+        return hccl_error(HCCL_E_SUSPENDING, "%s: communicator '%s' is suspended (HcclCommResume)", api,
+                          call->comm->name);
+    HcclResult broken = hccl_comm_broken(call->comm);
+    if (broken != HCCL_SUCCESS) {
+        seg_header_t *header = call->comm->header;
+        return hccl_error(broken, "%s: communicator '%s' has failed (rank %d: %s); destroy it and create a new one",
+                          api, call->comm->name, (int)header->abort_rank,
+                          atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");
+    }
+    return HCCL_SUCCESS;
+}
+
+static int check_dtype(const call_t *call, const char *what, HcclDataType dtype)
+{
+    if (hccl_dtype_size(dtype) != 0)
+        return HCCL_SUCCESS;
+    if (dtype == HCCL_DATA_TYPE_INT128 || dtype == HCCL_DATA_TYPE_HIF8 || dtype == HCCL_DATA_TYPE_FP8E4M3 ||
+        dtype == HCCL_DATA_TYPE_FP8E5M2 || dtype == HCCL_DATA_TYPE_FP8E8M0)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: %s %s (%d) is not supported", call->api, what,
+                          hccl_dtype_name((uint32_t)dtype), (int)dtype);
+    return hccl_error(HCCL_E_PARA, "%s: %s %d is not an HcclDataType", call->api, what, (int)dtype);
+}
+
+static int check_op(const call_t *call, HcclReduceOp op)
+{
+    if ((unsigned)op <= HCCL_REDUCE_MIN)
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: op %d is not an HcclReduceOp (sum=0, prod=1, max=2, min=3)", call->api,
+                      (int)op);
+}
+
+static int check_count(const call_t *call, const char *what, uint64_t count)
+{
+    if (count <= HCCL_SIM_MAX_COUNT)
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: %s %llu exceeds the largest supported count 0x%llx", call->api, what,
+                      (unsigned long long)count, (unsigned long long)HCCL_SIM_MAX_COUNT);
+}
+
+static int check_rank(const call_t *call, const char *what, uint32_t rank)
+{
+    if (rank < call->comm->nranks)
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: %s %u is out of range for communicator '%s' of %u rank%s", call->api, what,
+                      rank, call->comm->name, call->comm->nranks, call->comm->nranks == 1 ? "" : "s");
+}
+
+/* A buffer of `count` elements on the communicator's device. */
+static int check_buffer(const call_t *call, const char *what, const void *ptr, uint64_t count, HcclDataType dtype,
+                        uint64_t *offset)
+{
+    if (ptr == NULL)
+        return hccl_error(HCCL_E_PTR, "%s: %s is NULL", call->api, what);
+    char why[256];
+    uint64_t bytes = count * hccl_dtype_size(dtype);
+    int problem = sim_device_range(call->comm->device, ptr, bytes, offset, why, sizeof why);
+    if (problem == 1)
+        return hccl_error(HCCL_E_PTR, "%s: %s: %s", call->api, what, why);
+    if (problem == 2)
+        return hccl_error(HCCL_E_PARA, "%s: %s: %s", call->api, what, why);
+    return HCCL_SUCCESS;
+}
+
+static int check_aligned(const call_t *call, const char *what, const void *ptr, HcclDataType dtype)
+{
+    size_t elem = hccl_dtype_size(dtype);
+    if ((uintptr_t)ptr % elem == 0)
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: %s %p is not aligned to its %zu-byte element type %s", call->api, what, ptr,
+                      elem, hccl_dtype_name((uint32_t)dtype));
+}
+
+static bool overlap(const void *a, uint64_t a_bytes, const void *b, uint64_t b_bytes)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+/* Overlapping buffers are allowed only in the operation's exact in-place
+ * layout (`in_place`). */
+static int check_overlap(const call_t *call, const void *send, uint64_t send_bytes, const void *recv,
+                         uint64_t recv_bytes, bool in_place, const char *rule)
+{
+    if (in_place || !overlap(send, send_bytes, recv, recv_bytes))
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: sendBuf and recvBuf overlap; %s", call->api, rule);
+}
+
+static int new_op(const call_t *call, uint32_t type, op_task_t **out)
+{
+    *out = hccl_op_new(call->comm, call->stream, type);
+    return *out == NULL ? hccl_error(HCCL_E_MEMORY, "%s: out of host memory", call->api) : HCCL_SUCCESS;
+}
+
+static uint64_t *copy_vector(const void *src, uint64_t count)
+{
+    uint64_t *copy = malloc((size_t)(count ? count : 1) * sizeof *copy);
+    if (copy != NULL && count > 0)
+        memcpy(copy, src, (size_t)count * sizeof *copy);
+    return copy;
+}
+
+/* ------------------------------------------------------------ reductions */
+
+static int reduction(HcclComm comm, aclrtStream stream, uint32_t type, const char *api, void *send, void *recv,
+                     uint64_t count, uint64_t send_count, uint64_t recv_count, HcclDataType dtype, HcclReduceOp op,
+                     uint32_t root, bool in_place)
+{
+    call_t call;
+    int err = begin(&call, api, comm, stream);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dtype);
+    if (err == HCCL_SUCCESS)
+        err = check_op(&call, op);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "count", count);
+    if (err == HCCL_SUCCESS && type == HCCL_CMD_REDUCE)
+        err = check_rank(&call, "root", root);
+    if (err != HCCL_SUCCESS || count == 0)
+        return err;
+    bool needs_recv = type != HCCL_CMD_REDUCE || root == call.comm->rank;
+    uint64_t send_offset = 0, recv_offset = UINT64_MAX;
+    err = check_buffer(&call, "sendBuf", send, send_count, dtype, &send_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_aligned(&call, "sendBuf", send, dtype);
+    if (err == HCCL_SUCCESS && needs_recv) {
+        err = check_buffer(&call, "recvBuf", recv, recv_count, dtype, &recv_offset);
+        if (err == HCCL_SUCCESS)
+            err = check_aligned(&call, "recvBuf", recv, dtype);
+        size_t elem = hccl_dtype_size(dtype);
+        if (err == HCCL_SUCCESS)
+            err = check_overlap(&call, send, send_count * elem, recv, recv_count * elem, in_place,
+                                "only the exact in-place layout is allowed");
+    }
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, type, &task)) != HCCL_SUCCESS)
+        return err;
+    task->send = send;
+    task->recv = needs_recv ? recv : NULL;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->count = count;
+    task->dtype = dtype;
+    task->recv_dtype = dtype;
+    task->op = op;
+    task->root = root;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
+                                  HcclReduceOp op, HcclComm comm, aclrtStream stream)
+{
+    return reduction(comm, stream, HCCL_CMD_ALLREDUCE, "HcclAllReduce", sendBuf, recvBuf, count, count, count,
+                     dataType, op, 0, sendBuf == recvBuf);
+}
+
+HCCL_API HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
+                               uint32_t root, HcclComm comm, aclrtStream stream)
+{
+    return reduction(comm, stream, HCCL_CMD_REDUCE, "HcclReduce", sendBuf, recvBuf, count, count, count, dataType, op,
+                     root, sendBuf == recvBuf);
+}
+
+HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                                      HcclReduceOp op, HcclComm comm, aclrtStream stream)
+{
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *found = hccl_comm_lookup(comm, "HcclReduceScatter", &err);
+    if (found == NULL)
+        return err;
+    uint32_t n = found->nranks;
+    if (recvCount > HCCL_SIM_MAX_COUNT / n)
+        return hccl_error(HCCL_E_PARA, "HcclReduceScatter: recvCount %llu times %u ranks exceeds the largest "
+                          "supported count", (unsigned long long)recvCount, n);
+    /* In place means recvBuf is this rank's block of sendBuf. */
+    bool in_place = (const char *)recvBuf ==
+                    (const char *)sendBuf + (uint64_t)found->rank * recvCount * hccl_dtype_size(dataType);
+    return reduction(comm, stream, HCCL_CMD_REDUCE_SCATTER, "HcclReduceScatter", sendBuf, recvBuf, recvCount,
+                     recvCount * n, recvCount, dataType, op, 0, in_place);
+}
+
+/* ----------------------------------------------------------- data motion */
+
+HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root, HcclComm comm,
+                                  aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclBroadcast", comm, stream);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "count", count);
+    if (err == HCCL_SUCCESS)
+        err = check_rank(&call, "root", root);
+    if (err != HCCL_SUCCESS || count == 0)
+        return err;
+    uint64_t offset;
+    if ((err = check_buffer(&call, "buf", buf, count, dataType, &offset)) != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_BROADCAST, &task)) != HCCL_SUCCESS)
+        return err;
+    task->send = buf;
+    task->send_offset = offset;
+    task->count = count;
+    task->dtype = task->recv_dtype = dataType;
+    task->root = root;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType dataType,
+                                  HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclAllGather", comm, stream);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "sendCount", sendCount);
+    if (err != HCCL_SUCCESS || sendCount == 0)
+        return err;
+    uint32_t n = call.comm->nranks;
+    if (sendCount > HCCL_SIM_MAX_COUNT / n)
+        return hccl_error(HCCL_E_PARA, "HcclAllGather: sendCount %llu times %u ranks exceeds the largest supported "
+                          "count", (unsigned long long)sendCount, n);
+    size_t elem = hccl_dtype_size(dataType);
+    uint64_t send_offset, recv_offset;
+    err = check_buffer(&call, "sendBuf", sendBuf, sendCount, dataType, &send_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_buffer(&call, "recvBuf", recvBuf, sendCount * n, dataType, &recv_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, sendCount * elem, recvBuf, sendCount * n * elem,
+                            sendBuf == (char *)recvBuf + (uint64_t)call.comm->rank * sendCount * elem,
+                            "in place, sendBuf must be this rank's block of recvBuf");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_ALLGATHER, &task)) != HCCL_SUCCESS)
+        return err;
+    task->send = sendBuf;
+    task->recv = recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->count = sendCount;
+    task->dtype = task->recv_dtype = dataType;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                                uint32_t root, HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclScatter", comm, stream);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "recvCount", recvCount);
+    if (err == HCCL_SUCCESS)
+        err = check_rank(&call, "root", root);
+    if (err != HCCL_SUCCESS || recvCount == 0)
+        return err;
+    uint32_t n = call.comm->nranks;
+    if (recvCount > HCCL_SIM_MAX_COUNT / n)
+        return hccl_error(HCCL_E_PARA, "HcclScatter: recvCount %llu times %u ranks exceeds the largest supported "
+                          "count", (unsigned long long)recvCount, n);
+    size_t elem = hccl_dtype_size(dataType);
+    bool is_root = root == call.comm->rank;
+    uint64_t send_offset = UINT64_MAX, recv_offset;
+    err = check_buffer(&call, "recvBuf", recvBuf, recvCount, dataType, &recv_offset);
+    if (err == HCCL_SUCCESS && is_root) {
+        err = check_buffer(&call, "sendBuf (on the root)", sendBuf, recvCount * n, dataType, &send_offset);
+        if (err == HCCL_SUCCESS)
+            err = check_overlap(&call, sendBuf, recvCount * n * elem, recvBuf, recvCount * elem,
+                                recvBuf == (char *)sendBuf + (uint64_t)root * recvCount * elem,
+                                "in place, recvBuf must be the root's block of sendBuf");
+    }
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_SCATTER, &task)) != HCCL_SUCCESS)
+        return err;
+    task->send = is_root ? sendBuf : NULL;
+    task->recv = recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->count = recvCount;
+    task->dtype = task->recv_dtype = dataType;
+    task->root = root;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType, const void *recvBuf,
+                                 uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclAlltoAll", comm, stream);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "sendType", sendType);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "recvType", recvType);
+    if (err == HCCL_SUCCESS && sendType != recvType)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAll: sendType %s and recvType %s must be the same",
+                         hccl_dtype_name((uint32_t)sendType), hccl_dtype_name((uint32_t)recvType));
+    if (err == HCCL_SUCCESS && sendCount != recvCount)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAll: sendCount %llu and recvCount %llu must be equal",
+                         (unsigned long long)sendCount, (unsigned long long)recvCount);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "sendCount", sendCount);
+    if (err != HCCL_SUCCESS || sendCount == 0)
+        return err;
+    uint32_t n = call.comm->nranks;
+    if (sendCount > HCCL_SIM_MAX_COUNT / n)
+        return hccl_error(HCCL_E_PARA, "HcclAlltoAll: sendCount %llu times %u ranks exceeds the largest supported "
+                          "count", (unsigned long long)sendCount, n);
+    size_t elem = hccl_dtype_size(sendType);
+    uint64_t send_offset, recv_offset;
+    err = check_buffer(&call, "sendBuf", sendBuf, sendCount * n, sendType, &send_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_buffer(&call, "recvBuf", recvBuf, recvCount * n, recvType, &recv_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, sendCount * n * elem, recvBuf, recvCount * n * elem, false,
+                            "HcclAlltoAll does not work in place");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_ALLTOALL, &task)) != HCCL_SUCCESS)
+        return err;
+    task->send = (void *)sendBuf;
+    task->recv = (void *)recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->count = sendCount;
+    task->dtype = task->recv_dtype = sendType;
+    return dispatch(task);
+}
+
+/* Largest element index + 1 that counts/displs address; false on overflow. */
+static bool extent_of(const uint64_t *counts, const uint64_t *displs, uint32_t n, uint64_t *extent)
+{
+    uint64_t end = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (counts[i] > HCCL_SIM_MAX_COUNT || displs[i] > HCCL_SIM_MAX_COUNT)
+            return false;
+        if (counts[i] > 0)
+            end = SIM_MAX(end, counts[i] + displs[i]);
+    }
+    *extent = end;
+    return true;
+}
+
+/* A buffer addressed by a count/displacement pair; NULL is allowed when it
+ * addresses nothing. */
+static int check_vbuffer(const call_t *call, const char *what, const void *ptr, const uint64_t *counts,
+                         const uint64_t *displs, HcclDataType dtype, uint64_t *extent, uint64_t *offset)
+{
+    if (!extent_of(counts, displs, call->comm->nranks, extent))
+        return hccl_error(HCCL_E_PARA, "%s: a count or displacement of %s exceeds the largest supported count",
+                          call->api, what);
+    *offset = UINT64_MAX;
+    if (*extent == 0 && ptr == NULL)
+        return HCCL_SUCCESS;
+    return check_buffer(call, what, ptr, *extent, dtype, offset);
+}
+
+HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, const void *sdispls,
+                                  HcclDataType sendType, const void *recvBuf, const void *recvCounts,
+                                  const void *rdispls, HcclDataType recvType, HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclAlltoAllV", comm, stream);
+    if (err == HCCL_SUCCESS && (sendCounts == NULL || sdispls == NULL || recvCounts == NULL || rdispls == NULL))
+        err = hccl_error(HCCL_E_PTR, "HcclAlltoAllV: sendCounts, sdispls, recvCounts and rdispls must not be NULL");
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "sendType", sendType);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "recvType", recvType);
+    if (err == HCCL_SUCCESS && sendType != recvType)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAllV: sendType %s and recvType %s must be the same",
+                         hccl_dtype_name((uint32_t)sendType), hccl_dtype_name((uint32_t)recvType));
+    if (err != HCCL_SUCCESS)
+        return err;
+    uint32_t n = call.comm->nranks;
+    size_t elem = hccl_dtype_size(sendType);
+    uint64_t send_extent, recv_extent, send_offset, recv_offset;
+    err = check_vbuffer(&call, "sendBuf", sendBuf, sendCounts, sdispls, sendType, &send_extent, &send_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_vbuffer(&call, "recvBuf", recvBuf, recvCounts, rdispls, recvType, &recv_extent, &recv_offset);
+    if (err == HCCL_SUCCESS && sendBuf != NULL && sendBuf == recvBuf)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAllV: sendBuf and recvBuf must be different buffers");
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, send_extent * elem, recvBuf, recv_extent * elem, false,
+                            "HcclAlltoAllV does not work in place");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_ALLTOALLV, &task)) != HCCL_SUCCESS)
+        return err;
+    task->vectors = malloc(4 * (size_t)n * sizeof *task->vectors);
+    if (task->vectors == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "HcclAlltoAllV: out of host memory");
+    }
+    memcpy(task->vectors, sendCounts, n * sizeof(uint64_t));
+    memcpy(task->vectors + n, sdispls, n * sizeof(uint64_t));
+    memcpy(task->vectors + 2 * n, recvCounts, n * sizeof(uint64_t));
+    memcpy(task->vectors + 3 * n, rdispls, n * sizeof(uint64_t));
+    task->send = (void *)sendBuf;
+    task->recv = (void *)recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->dtype = sendType;
+    task->recv_dtype = recvType;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMatrix, HcclDataType sendType,
+                                   const void *recvBuf, HcclDataType recvType, HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclAlltoAllVC", comm, stream);
+    if (err == HCCL_SUCCESS && sendCountMatrix == NULL)
+        err = hccl_error(HCCL_E_PTR, "HcclAlltoAllVC: sendCountMatrix is NULL");
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "sendType", sendType);
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "recvType", recvType);
+    if (err == HCCL_SUCCESS && sendType != recvType)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAllVC: sendType %s and recvType %s must be the same",
+                         hccl_dtype_name((uint32_t)sendType), hccl_dtype_name((uint32_t)recvType));
+    if (err != HCCL_SUCCESS)
+        return err;
+    uint32_t n = call.comm->nranks, me = call.comm->rank;
+    const uint64_t *m = sendCountMatrix;
+    uint64_t send_total = 0, recv_total = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        if (m[(uint64_t)me * n + j] > HCCL_SIM_MAX_COUNT || m[(uint64_t)j * n + me] > HCCL_SIM_MAX_COUNT)
+            return hccl_error(HCCL_E_PARA, "HcclAlltoAllVC: a count in sendCountMatrix exceeds the largest supported "
+                              "count");
+        send_total += m[(uint64_t)me * n + j];
+        recv_total += m[(uint64_t)j * n + me];
+    }
+    size_t elem = hccl_dtype_size(sendType);
+    uint64_t send_offset = UINT64_MAX, recv_offset = UINT64_MAX;
+    if (send_total > 0 || sendBuf != NULL)
+        err = check_buffer(&call, "sendBuf", sendBuf, send_total, sendType, &send_offset);
+    if (err == HCCL_SUCCESS && (recv_total > 0 || recvBuf != NULL))
+        err = check_buffer(&call, "recvBuf", recvBuf, recv_total, recvType, &recv_offset);
+    if (err == HCCL_SUCCESS && sendBuf != NULL && sendBuf == recvBuf)
+        err = hccl_error(HCCL_E_PARA, "HcclAlltoAllVC: sendBuf and recvBuf must be different buffers");
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, send_total * elem, recvBuf, recv_total * elem, false,
+                            "HcclAlltoAllVC does not work in place");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_ALLTOALLVC, &task)) != HCCL_SUCCESS)
+        return err;
+    task->vectors = copy_vector(m, (uint64_t)n * n);
+    if (task->vectors == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "HcclAlltoAllVC: out of host memory");
+    }
+    task->send = (void *)sendBuf;
+    task->recv = (void *)recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->dtype = sendType;
+    task->recv_dtype = recvType;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recvBuf, const void *recvCounts,
+                                   const void *recvDispls, HcclDataType dataType, HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclAllGatherV", comm, stream);
+    if (err == HCCL_SUCCESS && (recvCounts == NULL || recvDispls == NULL))
+        err = hccl_error(HCCL_E_PTR, "HcclAllGatherV: recvCounts and recvDispls must not be NULL");
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "sendCount", sendCount);
+    if (err != HCCL_SUCCESS)
+        return err;
+    uint32_t n = call.comm->nranks;
+    size_t elem = hccl_dtype_size(dataType);
+    uint64_t send_offset = UINT64_MAX, recv_extent, recv_offset;
+    if (sendCount > 0 || sendBuf != NULL)
+        err = check_buffer(&call, "sendBuf", sendBuf, sendCount, dataType, &send_offset);
+    if (err == HCCL_SUCCESS)
+        err = check_vbuffer(&call, "recvBuf", recvBuf, recvCounts, recvDispls, dataType, &recv_extent, &recv_offset);
+    if (err == HCCL_SUCCESS && sendBuf != NULL && sendBuf == recvBuf)
+        err = hccl_error(HCCL_E_PARA, "HcclAllGatherV: sendBuf and recvBuf must be different buffers");
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, sendCount * elem, recvBuf, recv_extent * elem, false,
+                            "HcclAllGatherV does not work in place");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_ALLGATHER_V, &task)) != HCCL_SUCCESS)
+        return err;
+    task->vectors = malloc(2 * (size_t)n * sizeof *task->vectors);
+    if (task->vectors == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "HcclAllGatherV: out of host memory");
+    }
+    memcpy(task->vectors, recvCounts, n * sizeof(uint64_t));
+    memcpy(task->vectors + n, recvDispls, n * sizeof(uint64_t));
+    task->send = sendBuf;
+    task->recv = recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->count = sendCount;
+    task->dtype = task->recv_dtype = dataType;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, const void *sendDispls, void *recvBuf,
+                                       uint64_t recvCount, HcclDataType dataType, HcclReduceOp op, HcclComm comm,
+                                       aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclReduceScatterV", comm, stream);
+    if (err == HCCL_SUCCESS && (sendCounts == NULL || sendDispls == NULL))
+        err = hccl_error(HCCL_E_PTR, "HcclReduceScatterV: sendCounts and sendDispls must not be NULL");
+    if (err == HCCL_SUCCESS)
+        err = check_dtype(&call, "dataType", dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_op(&call, op);
+    if (err == HCCL_SUCCESS)
+        err = check_count(&call, "recvCount", recvCount);
+    if (err != HCCL_SUCCESS)
+        return err;
+    uint32_t n = call.comm->nranks;
+    size_t elem = hccl_dtype_size(dataType);
+    uint64_t send_extent, send_offset, recv_offset = UINT64_MAX;
+    err = check_vbuffer(&call, "sendBuf", sendBuf, sendCounts, sendDispls, dataType, &send_extent, &send_offset);
+    if (err == HCCL_SUCCESS && send_extent > 0)
+        err = check_aligned(&call, "sendBuf", sendBuf, dataType);
+    if (err == HCCL_SUCCESS && (recvCount > 0 || recvBuf != NULL)) {
+        err = check_buffer(&call, "recvBuf", recvBuf, recvCount, dataType, &recv_offset);
+        if (err == HCCL_SUCCESS)
+            err = check_aligned(&call, "recvBuf", recvBuf, dataType);
+    }
+    if (err == HCCL_SUCCESS && sendBuf != NULL && sendBuf == recvBuf)
+        err = hccl_error(HCCL_E_PARA, "HcclReduceScatterV: sendBuf and recvBuf must be different buffers");
+    if (err == HCCL_SUCCESS)
+        err = check_overlap(&call, sendBuf, send_extent * elem, recvBuf, recvCount * elem, false,
+                            "HcclReduceScatterV does not work in place");
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_REDUCE_SCATTER_V, &task)) != HCCL_SUCCESS)
+        return err;
+    task->vectors = malloc(2 * (size_t)n * sizeof *task->vectors);
+    if (task->vectors == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "HcclReduceScatterV: out of host memory");
+    }
+    memcpy(task->vectors, sendCounts, n * sizeof(uint64_t));
+    memcpy(task->vectors + n, sendDispls, n * sizeof(uint64_t));
+    task->send = sendBuf;
+    task->recv = recvBuf;
+    task->send_offset = send_offset;
+    task->recv_offset = recv_offset;
+    task->recv_count = recvCount;
+    task->dtype = task->recv_dtype = dataType;
+    task->op = op;
+    return dispatch(task);
+}
+
+HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclBarrier", comm, stream);
+    if (err != HCCL_SUCCESS)
+        return err;
+    op_task_t *task;
+    if ((err = new_op(&call, HCCL_CMD_BARRIER, &task)) != HCCL_SUCCESS)
+        return err;
+    task->dtype = task->recv_dtype = HCCL_DATA_TYPE_INT8;
+    return dispatch(task);
+}
+
+/* --------------------------------------------------------- point to point */
+
+static int check_item(const call_t *call, const HcclSendRecvItem *item, uint32_t index)
+{
+    char what[64];
+    snprintf(what, sizeof what, "item %u buf", index);
+    if (item->sendRecvType != HCCL_SEND && item->sendRecvType != HCCL_RECV)
+        return hccl_error(HCCL_E_PARA, "%s: item %u has sendRecvType %d (HCCL_SEND=0, HCCL_RECV=1)", call->api, index,
+                          (int)item->sendRecvType);
+    int err = check_dtype(call, "dataType", item->dataType);
+    if (err == HCCL_SUCCESS)
+        err = check_count(call, "count", item->count);
+    if (err == HCCL_SUCCESS)
+        err = check_rank(call, item->sendRecvType == HCCL_SEND ? "destination rank" : "source rank",
+                         item->remoteRank);
+    if (err == HCCL_SUCCESS && item->remoteRank == call->comm->rank)
+        err = hccl_error(HCCL_E_PARA, "%s: rank %u cannot send to or receive from itself", call->api,
+                         item->remoteRank);
+    uint64_t offset;
+    if (err == HCCL_SUCCESS && item->count > 0)
+        err = check_buffer(call, index == UINT32_MAX ? "buf" : what, item->buf, item->count, item->dataType, &offset);
+    return err;
+}
+
+static int point_to_point(const call_t *call, uint32_t type, const HcclSendRecvItem *items, uint32_t count)
+{
+    op_task_t *task;
+    int err = new_op(call, type, &task);
+    if (err != HCCL_SUCCESS)
+        return err;
+    task->items = malloc((count ? count : 1) * sizeof *task->items);
+    task->item_seq = calloc(count ? count : 1, sizeof *task->item_seq);
+    task->item_state = calloc(count ? count : 1, sizeof *task->item_state);
+    if (task->items == NULL || task->item_seq == NULL || task->item_state == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", call->api);
+    }
+    memcpy(task->items, items, count * sizeof *items);
+    task->item_count = count;
+    task->dtype = task->recv_dtype = count > 0 ? items[0].dataType : HCCL_DATA_TYPE_INT8;
+    return dispatch(task);
+}
+
+static int single(HcclComm comm, aclrtStream stream, const char *api, HcclSendRecvType kind, void *buf,
+                  uint64_t count, HcclDataType dataType, uint32_t peer)
+{
+    call_t call;
+    int err = begin(&call, api, comm, stream);
+    if (err != HCCL_SUCCESS)
+        return err;
+    HcclSendRecvItem item = {kind, buf, count, dataType, peer};
+    if ((err = check_item(&call, &item, UINT32_MAX)) != HCCL_SUCCESS)
+        return err;
+    return point_to_point(&call, kind == HCCL_SEND ? HCCL_CMD_SEND : HCCL_CMD_RECEIVE, &item, 1);
+}
+
+HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
+                             aclrtStream stream)
+{
+    return single(comm, stream, "HcclSend", HCCL_SEND, sendBuf, count, dataType, destRank);
+}
+
+HCCL_API HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank, HcclComm comm,
+                             aclrtStream stream)
+{
+    return single(comm, stream, "HcclRecv", HCCL_RECV, recvBuf, count, dataType, srcRank);
+}
+
+HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum, HcclComm comm,
+                                      aclrtStream stream)
+{
+    call_t call;
+    int err = begin(&call, "HcclBatchSendRecv", comm, stream);
+    if (err != HCCL_SUCCESS)
+        return err;
+    if (hccl_group_active())
+        return hccl_error(HCCL_E_PARA, "HcclBatchSendRecv: not allowed between HcclGroupStart and HcclGroupEnd "
+                          "(use HcclSend/HcclRecv there)");
+    if (itemNum == 0)
+        return HCCL_SUCCESS;
+    if (sendRecvInfo == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclBatchSendRecv: sendRecvInfo is NULL");
+    for (uint32_t i = 0; i < itemNum; i++)
+        if ((err = check_item(&call, &sendRecvInfo[i], i)) != HCCL_SUCCESS)
+            return err;
+    return point_to_point(&call, HCCL_CMD_BATCH_SEND_RECV, sendRecvInfo, itemNum);
+}

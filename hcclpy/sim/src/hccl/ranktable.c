@@ -1,0 +1,523 @@
+/* Rank-table initialisation (HcclCommInitClusterInfo).
+ *
+ * The rank table (JSON, reference §5.1) says how many ranks there are and
+ * which server and device each one uses.  There is no root info to pass
+ * around, so rank 0 creates one and serves it on an abstract Unix socket
+ * whose name is derived from the table's path and contents; the other ranks
+ * connect and read it.  Abstract sockets vanish with their process: nothing
+ * is left behind.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "hccl/internal.h"
+
+/* ------------------------------------------------------------ tiny JSON */
+
+typedef enum { J_NULL, J_BOOL, J_NUMBER, J_STRING, J_ARRAY, J_OBJECT } json_type_t;
+
+typedef struct json {
+    json_type_t type;
+    char *text;              /* string value */
+    double number;
+    struct json **items;     /* array elements or object values */
+    char **keys;             /* object keys */
+    size_t count;
+} json_t;
+
+typedef struct {
+    const char *p, *end;
+    int depth;
+    char error[128];
+} parser_t;
+
+static void json_free(json_t *node)
+{
+    if (node == NULL)
+        return;
+    for (size_t i = 0; i < node->count; i++) {
+        json_free(node->items[i]);
+        if (node->keys != NULL)
+            free(node->keys[i]);
+    }
+    free(node->items);
+    free(node->keys);
+    free(node->text);
+    free(node);
+}
+
+static void skip_space(parser_t *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
+}
+
+static json_t *parse_value(parser_t *ps);
+
+static char *parse_string(parser_t *ps)
+{
+    if (ps->p >= ps->end || *ps->p != '"') {
+        snprintf(ps->error, sizeof ps->error, "expected a string");
+        return NULL;
+    }
+    ps->p++;
+    size_t capacity = 32, length = 0;
+    char *out = malloc(capacity);
+    while (out != NULL && ps->p < ps->end && *ps->p != '"') {
+        char c = *ps->p++;
+        if (c == '\\' && ps->p < ps->end) {
+            char e = *ps->p++;
+            switch (e) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'u':
+                /* Only ASCII escapes matter in a rank table. */
+                if (ps->end - ps->p < 4) {
+                    free(out);
+                    snprintf(ps->error, sizeof ps->error, "truncated \\u escape");
+                    return NULL;
+                }
+                c = (char)strtol((char[5]){ps->p[0], ps->p[1], ps->p[2], ps->p[3], 0}, NULL, 16);
+                ps->p += 4;
+                break;
+            default: c = e; break;
+            }
+        }
+        if (length + 1 >= capacity) {
+            capacity *= 2;
+            char *grown = realloc(out, capacity);
+            if (grown == NULL) {
+                free(out);
+                return NULL;
+            }
+            out = grown;
+        }
+        out[length++] = c;
+    }
+    if (out == NULL || ps->p >= ps->end) {
+        free(out);
+        snprintf(ps->error, sizeof ps->error, "unterminated string");
+        return NULL;
+    }
+    ps->p++;
+    out[length] = '\0';
+    return out;
+}
+
+static bool append(json_t *node, char *key, json_t *item)
+{
+    json_t **items = realloc(node->items, (node->count + 1) * sizeof *items);
+    if (items == NULL)
+        return false;
+    node->items = items;
+    if (node->type == J_OBJECT) {
+        char **keys = realloc(node->keys, (node->count + 1) * sizeof *keys);
+        if (keys == NULL)
+            return false;
+        node->keys = keys;
+        keys[node->count] = key;
+    }
+    items[node->count++] = item;
+    return true;
+}
+
+static json_t *parse_container(parser_t *ps, json_type_t type)
+{
+    char close = type == J_ARRAY ? ']' : '}';
+    json_t *node = calloc(1, sizeof *node);
+    if (node == NULL)
+        return NULL;
+    node->type = type;
+    ps->p++;
+    skip_space(ps);
+    if (ps->p < ps->end && *ps->p == close) {
+        ps->p++;
+        return node;
+    }
+    for (;;) {
+        char *key = NULL;
+        if (type == J_OBJECT) {
+            skip_space(ps);
+            key = parse_string(ps);
+            skip_space(ps);
+            if (key == NULL || ps->p >= ps->end || *ps->p != ':') {
+                free(key);
+                if (ps->error[0] == '\0')
+                    snprintf(ps->error, sizeof ps->error, "expected ':' after a key");
+                json_free(node);
+                return NULL;
+            }
+            ps->p++;
+        }
+        json_t *item = parse_value(ps);
+        if (item == NULL || !append(node, key, item)) {
+            free(key);
+            json_free(item);
+            json_free(node);
+            return NULL;
+        }
+        skip_space(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == close) {
+            ps->p++;
+            return node;
+        }
+        snprintf(ps->error, sizeof ps->error, "expected ',' or '%c'", close);
+        json_free(node);
+        return NULL;
+    }
+}
+
+static json_t *parse_value(parser_t *ps)
+{
+    skip_space(ps);
+    if (ps->p >= ps->end) {
+        snprintf(ps->error, sizeof ps->error, "unexpected end of file");
+        return NULL;
+    }
+    if (++ps->depth > 32) {
+        snprintf(ps->error, sizeof ps->error, "nested too deeply");
+        return NULL;
+    }
+    json_t *node = NULL;
+    char c = *ps->p;
+    if (c == '{' || c == '[') {
+        node = parse_container(ps, c == '{' ? J_OBJECT : J_ARRAY);
+    } else if (c == '"') {
+        char *text = parse_string(ps);
+        if (text != NULL && (node = calloc(1, sizeof *node)) != NULL) {
+            node->type = J_STRING;
+            node->text = text;
+        } else {
+            free(text);
+        }
+    } else if ((size_t)(ps->end - ps->p) >= 4 && strncmp(ps->p, "true", 4) == 0) {
+        node = calloc(1, sizeof *node);
+        if (node != NULL)
+            node->type = J_BOOL, node->number = 1;
+        ps->p += 4;
+    } else if ((size_t)(ps->end - ps->p) >= 5 && strncmp(ps->p, "false", 5) == 0) {
+        node = calloc(1, sizeof *node);
+        if (node != NULL)
+            node->type = J_BOOL;
+        ps->p += 5;
+    } else if ((size_t)(ps->end - ps->p) >= 4 && strncmp(ps->p, "null", 4) == 0) {
+        node = calloc(1, sizeof *node);
+        ps->p += 4;
+    } else {
+        char *stop;
+        double number = strtod(ps->p, &stop);
+        if (stop == ps->p || stop > ps->end) {
+            snprintf(ps->error, sizeof ps->error, "unexpected character '%c'", c);
+        } else if ((node = calloc(1, sizeof *node)) != NULL) {
+            node->type = J_NUMBER;
+            node->number = number;
+            ps->p = stop;
+        }
+    }
+    ps->depth--;
+    return node;
+}
+
+static const json_t *member(const json_t *object, const char *key)
+{
+    if (object == NULL || object->type != J_OBJECT)
+        return NULL;
+    for (size_t i = 0; i < object->count; i++)
+        if (strcmp(object->keys[i], key) == 0)
+            return object->items[i];
+    return NULL;
+}
+
+/* Rank tables write numbers as strings ("rank_id": "3"); both are accepted. */
+static bool integer_of(const json_t *node, long *out)
+{
+    if (node == NULL)
+        return false;
+    if (node->type == J_NUMBER) {
+        *out = (long)node->number;
+        return node->number == (double)*out;
+    }
+    if (node->type != J_STRING || node->text[0] == '\0')
+        return false;
+    char *end;
+    errno = 0;
+    *out = strtol(node->text, &end, 10);
+    return errno == 0 && *end == '\0';
+}
+
+/* ----------------------------------------------------------- the table */
+
+typedef struct {
+    long rank, device;
+    const char *server;
+} entry_t;
+
+static int read_file(const char *path, char **data, size_t *size)
+{
+    FILE *file = fopen(path, "rb");
+    if (file == NULL)
+        return hccl_error(HCCL_E_OPEN_FILE_FAILURE, "HcclCommInitClusterInfo: cannot open the rank table '%s': %s",
+                          path, strerror(errno));
+    size_t capacity = 4096, length = 0;
+    char *buffer = malloc(capacity);
+    while (buffer != NULL) {
+        if (length == capacity) {
+            if (capacity >= (16u << 20)) {
+                free(buffer);
+                fclose(file);
+                return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table '%s' is larger than 16 MiB",
+                                  path);
+            }
+            char *grown = realloc(buffer, capacity * 2);
+            if (grown == NULL)
+                break;
+            buffer = grown;
+            capacity *= 2;
+        }
+        size_t got = fread(buffer + length, 1, capacity - length, file);
+        length += got;
+        if (got == 0)
+            break;
+    }
+    fclose(file);
+    if (buffer == NULL)
+        return hccl_error(HCCL_E_MEMORY, "out of host memory");
+    *data = buffer;
+    *size = length;
+    return HCCL_SUCCESS;
+}
+
+#define TABLE_ERROR(...) hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: rank table '%s': " __VA_ARGS__)
+
+static int parse_table(const char *path, const json_t *root, uint32_t rank, uint32_t *nranks, long *device,
+                       char *server, size_t server_len)
+{
+    const json_t *status = member(root, "status");
+    if (status == NULL || status->type != J_STRING || strcmp(status->text, "completed") != 0)
+        return TABLE_ERROR("\"status\" must be \"completed\"", path);
+    const json_t *servers = member(root, "server_list");
+    if (servers == NULL || servers->type != J_ARRAY || servers->count == 0)
+        return TABLE_ERROR("\"server_list\" must be a non-empty array", path);
+    long server_count;
+    const json_t *declared = member(root, "server_count");
+    if (declared != NULL && (!integer_of(declared, &server_count) || server_count != (long)servers->count))
+        return TABLE_ERROR("\"server_count\" does not match the %zu entries of \"server_list\"", path, servers->count);
+    size_t total = 0;
+    for (size_t s = 0; s < servers->count; s++) {
+        const json_t *devices = member(servers->items[s], "device");
+        if (devices == NULL || devices->type != J_ARRAY)
+            return TABLE_ERROR("server %zu has no \"device\" array", path, s);
+        total += devices->count;
+    }
+    if (total == 0 || total > HCCL_SIM_MAX_RANKS)
+        return TABLE_ERROR("it lists %zu devices; between 1 and %u are supported", path, total, HCCL_SIM_MAX_RANKS);
+    entry_t *entries = calloc(total, sizeof *entries);
+    if (entries == NULL)
+        return hccl_error(HCCL_E_MEMORY, "out of host memory");
+    int err = HCCL_SUCCESS;
+    size_t at = 0;
+    for (size_t s = 0; s < servers->count && err == HCCL_SUCCESS; s++) {
+        const json_t *id = member(servers->items[s], "server_id");
+        if (id == NULL || id->type != J_STRING || id->text[0] == '\0') {
+            err = TABLE_ERROR("server %zu has no \"server_id\" string", path, s);
+            break;
+        }
+        const json_t *devices = member(servers->items[s], "device");
+        for (size_t d = 0; d < devices->count; d++, at++) {
+            entry_t *e = &entries[at];
+            e->server = id->text;
+            if (!integer_of(member(devices->items[d], "device_id"), &e->device) || e->device < 0) {
+                err = TABLE_ERROR("device %zu of server '%s' has no valid \"device_id\"", path, d, id->text);
+                break;
+            }
+            if (!integer_of(member(devices->items[d], "rank_id"), &e->rank) || e->rank < 0 ||
+                e->rank >= (long)total) {
+                err = TABLE_ERROR("device %zu of server '%s' needs a \"rank_id\" in [0, %zu)", path, d, id->text,
+                                  total);
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < total && err == HCCL_SUCCESS; i++)
+        for (size_t j = i + 1; j < total && err == HCCL_SUCCESS; j++)
+            if (entries[i].rank == entries[j].rank)
+                err = TABLE_ERROR("rank_id %ld appears twice", path, entries[i].rank);
+    if (err == HCCL_SUCCESS && rank >= total)
+        err = TABLE_ERROR("it has %zu ranks; rank %u is not one of them", path, total, rank);
+    for (size_t i = 0; i < total && err == HCCL_SUCCESS; i++) {
+        if (entries[i].rank == (long)rank) {
+            *device = entries[i].device;
+            snprintf(server, server_len, "%s", entries[i].server);
+        }
+    }
+    *nranks = (uint32_t)total;
+    free(entries);
+    return err;
+}
+
+/* ------------------------------------------------------------- rendezvous */
+
+typedef struct {
+    int listener;
+    uint32_t clients;
+    int64_t deadline;
+    rootinfo_wire_t wire;
+} server_t;
+
+static void *serve(void *arg)
+{
+    server_t *server = arg;
+    for (uint32_t served = 0; served < server->clients;) {
+        int64_t left = server->deadline - sim_now_ns();
+        if (left <= 0)
+            break;
+        struct pollfd pfd = {server->listener, POLLIN, 0};
+        if (poll(&pfd, 1, (int)SIM_MIN(left / SIM_NS_PER_MS + 1, 1000)) <= 0)
+            continue;
+        int client = accept4(server->listener, NULL, NULL, SOCK_CLOEXEC);
+        if (client < 0)
+            continue;
+        if (write(client, &server->wire, sizeof server->wire) == (ssize_t)sizeof server->wire)
+            served++;
+        close(client);
+    }
+    close(server->listener);
+    free(server);
+    return NULL;
+}
+
+static void socket_name(const char *path, const char *data, size_t size, struct sockaddr_un *addr, socklen_t *len)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    char resolved[PATH_MAX];
+    const char *name = realpath(path, resolved) != NULL ? resolved : path;
+    for (const char *c = name; *c != '\0'; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ (uint8_t)data[i]) * 0x100000001b3ULL;
+    memset(addr, 0, sizeof *addr);
+    addr->sun_family = AF_UNIX;
+    int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "hcclpy-sim-ranktable-%u-%016llx",
+                     (unsigned)getuid(), (unsigned long long)h);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int lead(const struct sockaddr_un *addr, socklen_t len, uint32_t nranks, int64_t deadline,
+                rootinfo_wire_t *wire)
+{
+    int err = hccl_get_root_info(wire);
+    if (err != HCCL_SUCCESS || nranks == 1)
+        return err;
+    int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0)
+        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
+    if (bind(listener, (const struct sockaddr *)addr, len) != 0 || listen(listener, 128) != 0) {
+        int saved = errno;
+        close(listener);
+        if (saved == EADDRINUSE)
+            return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: another communicator is being created from the "
+                              "same rank table right now (two rank 0s?)");
+        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot listen for the other ranks: %s",
+                          strerror(saved));
+    }
+    server_t *server = calloc(1, sizeof *server);
+    pthread_t thread;
+    if (server == NULL) {
+        close(listener);
+        return hccl_error(HCCL_E_MEMORY, "out of host memory");
+    }
+    server->listener = listener;
+    server->clients = nranks - 1;
+    server->deadline = deadline;
+    server->wire = *wire;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    err = pthread_create(&thread, &attr, serve, server);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        close(listener);
+        free(server);
+        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot start the rendezvous thread");
+    }
+    return HCCL_SUCCESS;
+}
+
+static int follow(const struct sockaddr_un *addr, socklen_t len, int64_t deadline, rootinfo_wire_t *wire)
+{
+    for (;;) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
+        if (connect(fd, (const struct sockaddr *)addr, len) == 0) {
+            struct timeval tv = {5, 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            size_t got = 0;
+            while (got < sizeof *wire) {
+                ssize_t n = read(fd, (char *)wire + got, sizeof *wire - got);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+            }
+            close(fd);
+            if (got == sizeof *wire)
+                return HCCL_SUCCESS;
+        } else {
+            close(fd);
+        }
+        if (sim_now_ns() > deadline)
+            return hccl_error(HCCL_E_TIMEOUT, "HcclCommInitClusterInfo: rank 0 of the rank table did not show up "
+                              "within HCCL_CONNECT_TIMEOUT");
+        usleep(2000);
+    }
+}
+
+int hccl_rank_table_rendezvous(const char *path, uint32_t rank, uint32_t *nranks, int *device, char *node,
+                               size_t node_len, rootinfo_wire_t *wire)
+{
+    if (strlen(path) >= 4096)
+        return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table path is longer than 4095 bytes");
+    char *data = NULL;
+    size_t size = 0;
+    int err = read_file(path, &data, &size);
+    if (err != HCCL_SUCCESS)
+        return err;
+    parser_t ps = {data, data + size, 0, ""};
+    json_t *root = parse_value(&ps);
+    skip_space(&ps);
+    if (root == NULL || ps.p != ps.end) {
+        long at = (long)(ps.p - data);
+        json_free(root);
+        free(data);
+        return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table '%s' is not valid JSON (%s at byte "
+                          "%ld)", path, ps.error[0] ? ps.error : "trailing data", at);
+    }
+    long table_device = -1;
+    err = parse_table(path, root, rank, nranks, &table_device, node, node_len);
+    json_free(root);
+    if (err == HCCL_SUCCESS) {
+        *device = (int)table_device;
+        struct sockaddr_un addr;
+        socklen_t len;
+        socket_name(path, data, size, &addr, &len);
+        double seconds = sim_env_seconds("HCCL_CONNECT_TIMEOUT", 120.0);
+        int64_t deadline = sim_now_ns() + (int64_t)(seconds * 1e9);
+        err = rank == 0 ? lead(&addr, len, *nranks, deadline, wire) : follow(&addr, len, deadline, wire);
+    }
+    free(data);
+    return err;
+}

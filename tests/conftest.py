@@ -1,0 +1,61 @@
+"""Shared fixtures: the simulator's install tree, its environment, and a C/C++ compiler against it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+import pytest
+
+import hcclpy.sim
+from hcclpy.sim._build import find_compiler, run_compiler
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@pytest.fixture(scope="session")
+def sim_home() -> Path:
+    """The simulator's install tree, built once per session (a cache hit after the first run)."""
+    return hcclpy.sim.build()
+
+
+@pytest.fixture(scope="session")
+def sim_env(sim_home: Path) -> dict[str, str]:
+    """A copy of ``os.environ`` pointing a process at the simulator (for ``subprocess`` calls)."""
+    return {**os.environ, **hcclpy.sim.env()}
+
+
+@pytest.fixture(scope="session")
+def compile_c(sim_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Return ``compile_c(sources, output_name, *, cplusplus=False, extra_flags=())``.
+
+    It compiles C (or C++) test programs against the simulator's headers and libraries with
+    ``-Wall -Wextra -Werror`` into a per-session directory and returns the binary's path; the
+    binary finds the libraries through its rpath. ``extra_flags`` go before the sources, so
+    options such as ``-std=c++14`` or ``-x c++`` apply to them. A failed compile raises
+    :class:`hcclpy.sim.SimulatorBuildError` carrying the compiler's command and output.
+    """
+    outdir = tmp_path_factory.mktemp("cbin")
+
+    def compile_c(
+        sources: Union[PathLike, Sequence[PathLike]],
+        output_name: str,
+        *,
+        cplusplus: bool = False,
+        extra_flags: Sequence[str] = (),
+    ) -> Path:
+        if isinstance(sources, (str, os.PathLike)):
+            sources = [sources]
+        compiler = find_compiler("CXX", ("c++", "g++")) if cplusplus else find_compiler()
+        binary = outdir / output_name
+        lib64 = sim_home / "lib64"
+        command = [
+            *compiler, "-Wall", "-Wextra", "-Werror", f"-I{sim_home / 'include'}", *extra_flags,
+            *(os.fspath(source) for source in sources), "-o", str(binary),
+            f"-L{lib64}", "-lhccl", "-lascendcl", f"-Wl,-rpath,{lib64}", "-pthread",
+        ]
+        run_compiler(command, what=f"compiling test program {output_name} failed")
+        return binary
+
+    return compile_c
