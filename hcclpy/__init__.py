@@ -1,9 +1,72 @@
 """hcclpy: a Python binding for Huawei's HCCL and AscendCL, with a CPU simulator of the same C ABI.
 
 The binding is pure Python on cffi in ABI mode. Importing :mod:`hcclpy` never loads a C library;
-the libraries are found and opened on first use. :mod:`hcclpy.sim` builds the simulator, an
-install tree laid out like CANN (``lib64/libhccl.so``, ``lib64/libascendcl.so``, ``include/``)
-that runs HCCL programs on a CPU.
+the libraries are found and opened on first use (real CANN when installed, else the simulator built
+by :mod:`hcclpy.sim`).
+
+Layers, each importing only those before it: ``errors``/``types`` → ``_ffi`` (the only code that
+sees cffi) → ``runtime`` (devices, streams, events, memory) → ``collectives`` (operations on device
+buffers) → ``communicator`` (creation and teardown, operations as methods).
+
+Examples
+--------
+>>> import hcclpy, numpy as np
+>>> info = hcclpy.RootInfo.generate(device=0)
+>>> comm = hcclpy.Communicator(1, info, 0, device=0)
+>>> x = hcclpy.from_numpy(np.arange(4, dtype=np.float32), device=0)
+>>> comm.all_reduce(x); comm.device.default_stream.synchronize()
 """
 
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from . import errors
+from .collectives import group
+from .communicator import Communicator
+from .config import CommConfig
+from .errors import (AclError, CommTimeoutError, HcclError, HcclpyError, LibraryNotFoundError, RemoteRankError,
+                     UnsupportedError)
+from .rootinfo import RootInfo
+from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, from_numpy, pinned_empty, zeros
+from .types import DataType, ReduceOp
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",
+    "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo", "Stream",
+    "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has",
+    "library_info", "pinned_empty", "zeros",
+]
+
+
+def has(name: str) -> bool:
+    """Whether the loaded HCCL / AscendCL exports the C function ``name`` (loads the libraries).
+
+    Examples
+    --------
+    >>> hcclpy.has("HcclAllGatherV")
+    True
+    """
+    from . import _ffi
+
+    return _ffi.has(name)
+
+
+def backend() -> str:
+    """``"cann"`` when running on real CANN libraries, ``"sim"`` on the simulator (loads them)."""
+    from . import _ffi
+
+    return _ffi.api().backend
+
+
+def library_info() -> Dict[str, Any]:
+    """What was loaded: backend, each library's path and how it was found, optional functions."""
+    from . import _ffi
+
+    bound = _ffi.api()
+    libraries: List[Dict[str, str]] = [
+        {"name": lib.name, "path": lib.path, "found_via": lib.found_via} for lib in bound.loaded]
+    return {"backend": bound.backend, "libraries": libraries,
+            "functions": dict(sorted(bound.present.items())), "simulator": _ffi.build_info()}

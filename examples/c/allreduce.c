@@ -97,8 +97,8 @@ static void *run_rank(void *arg)
             break;
         }
     }
-    printf("rank %d: [%g, %g, %g, ..., %g] = %d * [0, 1, 2, ..., %u]: %s\n", rank, host[0], host[1],
-           host[2], host[COUNT - 1], N_RANKS, COUNT - 1, ok ? "OK" : "WRONG");
+    printf("rank %d: [%.0f, %.0f, %.0f, ..., %.0f] = %d * [0, 1, 2, ..., %u]: %s\n", rank,
+           host[0], host[1], host[2], host[COUNT - 1], N_RANKS, COUNT - 1, ok ? "OK" : "WRONG");
 
 out:
     if (!joined_barrier)

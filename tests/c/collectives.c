@@ -889,7 +889,7 @@ static int run_rank(h_ctx *ctx)
     RUN(barrier(&t));
     RUN(pipeline(&t));
 
-    snprintf(ctx->case_name, sizeof ctx->case_name, "teardown");
+    h_set_case(ctx, "teardown");
     H_HCCL(ctx, HcclCommDestroy(t.comm));
     RUN(h_rank_teardown(ctx));
     return 0;

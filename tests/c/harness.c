@@ -153,6 +153,14 @@ int h_case(h_ctx *ctx, const char *fmt, ...)
     return 1;
 }
 
+void h_set_case(h_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->case_name, sizeof ctx->case_name, fmt, ap);
+    va_end(ap);
+}
+
 void *h_xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -540,10 +548,14 @@ int h_oob_allgather_mask(h_ctx *ctx, uint64_t mask, const void *mine, void *all,
         }
     }
     size_t total = (size_t)G.nranks * len;
+    if (expected != G.nlocal && G.nlocal > 1) {
+        h_failf(ctx, __FILE__, __LINE__, "out-of-band exchange: with several ranks per process a "
+                "mask must hold all or none of a process's ranks (mask %llx)",
+                (unsigned long long)mask);
+        return -1;
+    }
     pthread_mutex_lock(&G.mu);
-    /* Wait for the previous round to drain, and for a round of a different shape (ranks outside
-     * a masked exchange may run ahead into the next one) to finish. */
-    while (G.draining || (G.arrived > 0 && (G.xlen != len || G.xmask != mask))) {
+    while (G.draining) {
         if (cond_wait_deadline() != 0) {
             pthread_mutex_unlock(&G.mu);
             h_failf(ctx, __FILE__, __LINE__, "out-of-band exchange: timeout (previous round)");
@@ -560,6 +572,10 @@ int h_oob_allgather_mask(h_ctx *ctx, uint64_t mask, const void *mine, void *all,
         G.xlen = len;
         G.xmask = mask;
         G.expected = expected;
+    } else if (G.xlen != len || G.xmask != mask) {
+        pthread_mutex_unlock(&G.mu);
+        h_failf(ctx, __FILE__, __LINE__, "out-of-band exchange: ranks disagree on len/mask");
+        return -1;
     }
     memcpy(G.buf + (size_t)ctx->rank * len, mine, len);
     G.arrived++;
@@ -969,6 +985,73 @@ int h_launch(const char *label, h_rank_fn fn, void *arg, const h_launch_cfg *cfg
     }
     hprint("launch %s: %s (%u ranks, %s, %u processes, %.2f s)", label, failed ? "FAILED" : "ok",
            G.nranks, mode_name(h_opt.mode), P, h_now() - start);
+    return failed;
+}
+
+static struct {
+    h_ctx *ctx;
+    double deadline;
+    int active;
+    const char *label;
+} single_wd;
+static pthread_mutex_t single_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *single_watchdog(void *unused)
+{
+    (void)unused;
+    for (;;) {
+        h_sleep(0.05);
+        pthread_mutex_lock(&single_mu);
+        if (single_wd.active && h_now() > single_wd.deadline) {
+            hprint("TIMEOUT [%s] still running case [%s] after the %.0f s deadline",
+                   single_wd.label, single_wd.ctx->case_name, h_opt.deadline);
+            hprint("RESULT: FAIL (deadline exceeded)");
+            fflush(stdout);
+            _exit(124);
+        }
+        pthread_mutex_unlock(&single_mu);
+    }
+    return NULL;
+}
+
+void h_init_single(h_ctx *ctx, const char *label)
+{
+    pthread_once(&g_once, g_init_sync);
+    acl_init_once();
+    memset(ctx, 0, sizeof *ctx);
+    pthread_mutex_lock(&single_mu);
+    single_wd.ctx = ctx;
+    single_wd.label = label;
+    single_wd.deadline = h_now() + h_opt.deadline;
+    single_wd.active = 1;
+    pthread_mutex_unlock(&single_mu);
+    static int wd_started;
+    if (!wd_started) {
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, single_watchdog, NULL) == 0) {
+            pthread_detach(tid);
+            wd_started = 1;
+        }
+    }
+    ctx->nranks = h_opt.nranks;
+    ctx->nprocs = 1;
+    ctx->nlocal = 1;
+    snprintf(ctx->case_name, sizeof ctx->case_name, "%s (setup)", label);
+}
+
+int h_single_done(h_ctx *ctx, int rc, const char *label, double start)
+{
+    pthread_mutex_lock(&single_mu);
+    single_wd.active = 0;
+    pthread_mutex_unlock(&single_mu);
+    int failed = rc < 0 || ctx->failures > 0;
+    if (rc < 0) {
+        hprint("FATAL case=[%s]: a required call failed", ctx->case_name);
+    }
+    hprint("[%s] single thread: %ld cases, %ld checks, %ld failures", label, ctx->cases,
+           ctx->checks, ctx->failures);
+    hprint("launch %s: %s (%u devices from one thread, %.2f s)", label, failed ? "FAILED" : "ok",
+           ctx->nranks, h_now() - start);
     return failed;
 }
 

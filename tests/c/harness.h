@@ -108,6 +108,14 @@ int h_parent_wait_notify(h_parent *p, uint32_t *proc, double timeout);
 /* From a rank of a forked launch: tell the parent something (one byte). */
 void h_notify_parent(h_ctx *ctx, uint8_t code);
 
+/*
+ * For a part of a program that drives everything from the calling thread (threads mode only):
+ * initialise ACL in this process and give a context with rank 0 of h_opt.nranks.
+ */
+void h_init_single(h_ctx *ctx, const char *label);
+/* Report a single-thread part like a launch; returns 1 if it failed. */
+int h_single_done(h_ctx *ctx, int rc, const char *label, double start);
+
 /* Parse argv into h_opt; exits with status 2 on a usage error. */
 void h_parse_args(int argc, char **argv, const char *usage_extra);
 
@@ -117,7 +125,8 @@ int h_finish(const char *program, int failed);
 /* ---- out-of-band exchange between the ranks of a launch ----------------------------------- */
 
 /* All ranks whose bit is set in mask call this with the same len; the calling rank's len bytes
- * land at all[rank * len]. mask must include rank 0. Returns 0, or -1 (peer gone, timeout). */
+ * land at all[rank * len]. mask must include rank 0, and with several ranks per process it must
+ * hold all or none of a process's ranks. Returns 0, or -1 (peer gone, timeout). */
 int h_oob_allgather_mask(h_ctx *ctx, uint64_t mask, const void *mine, void *all, size_t len);
 int h_oob_allgather(h_ctx *ctx, const void *mine, void *all, size_t len);
 int h_oob_bcast(h_ctx *ctx, uint32_t root, void *buf, size_t len);
@@ -130,6 +139,9 @@ uint64_t h_all_mask(uint32_t nranks);
 
 /* Start a case; returns 0 when --filter excludes it (every rank gets the same answer). */
 int h_case(h_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Name the current phase of a case (no filtering, not counted as a case). */
+void h_set_case(h_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void h_failf(h_ctx *ctx, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

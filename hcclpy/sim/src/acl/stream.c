@@ -38,6 +38,7 @@ struct sim_stream {
     _Atomic uint64_t enqueued, completed;
 
     _Atomic int runner;
+    _Atomic uint32_t handover;      /* a synchronising thread asks the worker to hand the stream over */
     _Atomic uint32_t done_word;     /* futex: changes when a task completes or the runner leaves */
     _Atomic uint32_t done_waiters;
 
@@ -151,10 +152,15 @@ void sim_stream_fail_message(sim_stream_t *stream, const char *message)
 }
 
 /* Runs tasks while the stream holds fewer than `target` completions.  Returns
- * SIM_TASK_AGAIN if a task had to wait past `deadline_ns`. */
-static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns)
+ * SIM_TASK_AGAIN if a task had to wait past `deadline_ns`.  The worker
+ * (`yields`) stops between tasks when a synchronising thread asks for the
+ * stream, so that thread runs the rest itself instead of being woken once
+ * per task. */
+static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool yields)
 {
     while (atomic_load(&stream->completed) < target) {
+        if (yields && atomic_load(&stream->handover) != 0)
+            return SIM_TASK_AGAIN;
         pthread_mutex_lock(&stream->lock);
         sim_task_t *task = stream->head;
         pthread_mutex_unlock(&stream->lock);
@@ -192,8 +198,8 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&stream->lock);
             int64_t age = stream->head == NULL ? 0 : sim_now_ns() - stream->head->enqueued_ns;
             pthread_mutex_unlock(&stream->lock);
-            if (age >= WORKER_GRACE_NS && claim(stream)) {
-                drain(stream, UINT64_MAX, SIM_NO_DEADLINE);
+            if (age >= WORKER_GRACE_NS && atomic_load(&stream->handover) == 0 && claim(stream)) {
+                drain(stream, UINT64_MAX, SIM_NO_DEADLINE, true);
                 release_claim(stream);
                 continue;
             }
@@ -241,23 +247,29 @@ int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_n
 {
     sim_backoff_t backoff;
     sim_backoff_init(&backoff);
+    bool requested = false; /* asked the worker to hand the stream over */
+    int rc = ACL_SUCCESS;
     for (;;) {
         if (atomic_load(&stream->completed) >= target)
             break;
         if (claim(stream)) {
-            int rc = drain(stream, target, deadline_ns);
+            int drained = drain(stream, target, deadline_ns, false);
             release_claim(stream);
-            if (rc == SIM_TASK_AGAIN)
-                return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "stream synchronisation timed out "
-                                 "(%llu of %llu tasks done)", (unsigned long long)atomic_load(&stream->completed),
-                                 (unsigned long long)target);
+            if (drained == SIM_TASK_AGAIN) {
+                rc = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+                break;
+            }
             continue;
         }
+        if (!requested) {
+            atomic_fetch_add(&stream->handover, 1);
+            requested = true;
+        }
         int64_t now = sim_now_ns();
-        if (now >= deadline_ns)
-            return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "stream synchronisation timed out "
-                             "(%llu of %llu tasks done)", (unsigned long long)atomic_load(&stream->completed),
-                             (unsigned long long)target);
+        if (now >= deadline_ns) {
+            rc = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+            break;
+        }
         if (!sim_backoff_step(&backoff))
             continue;
         uint32_t seen = atomic_load(&stream->done_word);
@@ -266,6 +278,11 @@ int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_n
             sim_futex_wait(&stream->done_word, seen, SIM_MIN(deadline_ns - now, SYNC_SLEEP_SLICE_NS), false);
         atomic_fetch_sub(&stream->done_waiters, 1);
     }
+    if (requested)
+        atomic_fetch_sub(&stream->handover, 1);
+    if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
+        return sim_error(rc, "stream synchronisation timed out (%llu of %llu tasks done)",
+                         (unsigned long long)atomic_load(&stream->completed), (unsigned long long)target);
     int error = atomic_load(&stream->error);
     if (error != 0) {
         pthread_mutex_lock(&stream->lock);

@@ -12,6 +12,11 @@
 
 #include "hccl/internal.h"
 
+/* The library is built at -O2, where GCC does not vectorise these loops. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
 size_t hccl_dtype_size(HcclDataType dtype)
 {
     switch (dtype) {

@@ -1,0 +1,66 @@
+"""What a communicator is to the operations: a live HCCL handle with its rank, size and device.
+
+:class:`hcclpy.Communicator` builds on this; the collective functions accept any instance, so they
+do not depend on how a communicator was created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _ffi
+from .runtime import Device
+
+__all__ = ["CommCore"]
+
+
+class CommCore:
+    """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
+
+    __slots__ = ("__weakref__", "_handle", "_api", "_rank", "_size", "_device", "_device_id", "_name", "_closed_by")
+
+    def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
+        self._handle = handle
+        self._api = _ffi.api()
+        self._rank = rank
+        self._size = size
+        self._device = device
+        self._device_id = device.id
+        self._name = name
+        self._closed_by = ""
+
+    @property
+    def rank(self) -> int:
+        """This rank's id in the communicator."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks."""
+        return self._size
+
+    @property
+    def device(self) -> Device:
+        """The device this rank runs on."""
+        return self._device
+
+    @property
+    def name(self) -> str:
+        """The communicator's name (the same on every rank)."""
+        return self._name
+
+    @property
+    def handle(self) -> int:
+        """The ``HcclComm`` as an int."""
+        return _ffi.address(self._live_handle())
+
+    @property
+    def destroyed(self) -> bool:
+        """True once the communicator has been destroyed; False otherwise."""
+        return self._handle is None
+
+    def _live_handle(self) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise ValueError(f"communicator '{self._name}' was {self._closed_by or 'destroyed'}")
+        return handle

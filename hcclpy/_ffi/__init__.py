@@ -1,0 +1,197 @@
+"""The C ABI layer: the only part of hcclpy that sees cffi.
+
+cffi runs in ABI mode (``ffi.cdef`` + ``ffi.dlopen``): nothing is compiled for the binding itself,
+and the same declarations serve real CANN and the simulator. The libraries are opened on first use
+(:func:`api`), never at import. Everything above this package calls C through the ``api()``
+namespace and turns return codes into exceptions with :func:`check_acl` / :func:`check_hccl`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from types import SimpleNamespace
+from typing import Any, Dict, Optional, Tuple
+
+import cffi
+
+from ..errors import AclErrorCode, UnsupportedError, acl_error, hccl_error, LibraryNotFoundError
+from . import cdef_acl, cdef_hccl, cdef_hccl_types
+from ._loader import LoadedLibrary, SimulatorFallbackWarning, open_libraries, simulator_build_info
+
+__all__ = [
+    "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
+    "SimulatorFallbackWarning", "acl_failure", "api", "check_acl", "check_hccl", "ffi", "has", "hccl_failure",
+    "loaded",
+]
+
+ffi = cffi.FFI()
+ffi.cdef(cdef_acl.TYPES + cdef_hccl_types.TYPES + cdef_acl.FUNCTIONS + cdef_hccl.FUNCTIONS)
+
+# Flag macros of acl_rt.h (cffi cannot declare macros in ABI mode).
+ACL_EVENT_SYNC = 0x1
+ACL_EVENT_CAPTURE_STREAM_PROGRESS = 0x2
+ACL_EVENT_TIME_LINE = 0x8
+ACL_STREAM_FAST_LAUNCH = 0x1
+ACL_STREAM_FAST_SYNC = 0x2
+
+
+class Api(SimpleNamespace):
+    """Every declared C function as an attribute, bound to the library that exports it.
+
+    A function the loaded library lacks is a stub that raises :class:`UnsupportedError`; ``present``
+    says which are real. ``backend`` is ``"cann"`` or ``"sim"``; ``loaded`` lists the libraries.
+    """
+
+    present: Dict[str, bool]
+    backend: str
+    loaded: Tuple[LoadedLibrary, ...]
+
+
+_lock = threading.Lock()
+_api: Optional[Api] = None
+
+
+def _missing(name: str, where: str) -> Any:
+    def unsupported(*args: Any) -> Any:
+        raise UnsupportedError(f"{name} is not exported by {where}: it needs a newer CANN")
+
+    return unsupported
+
+
+def _bind(opened: Any) -> Api:
+    namespace: Dict[str, Any] = {}
+    present: Dict[str, bool] = {}
+    hccl_libs = [opened.hccl] + ([opened.hcomm] if opened.hcomm is not None else [])
+    where = ", ".join(lib.path for lib in opened.loaded)
+    for names, libs in ((cdef_acl.REQUIRED + cdef_acl.OPTIONAL, [opened.acl]),
+                        (cdef_hccl.REQUIRED + cdef_hccl.OPTIONAL, hccl_libs)):
+        for name in names:
+            for lib in libs:
+                try:
+                    namespace[name] = getattr(lib, name)
+                    present[name] = True
+                    break
+                except AttributeError:
+                    continue
+            else:
+                if name in cdef_acl.REQUIRED or name in cdef_hccl.REQUIRED:
+                    raise LibraryNotFoundError(f"{where} does not export {name}; hcclpy needs it")
+                namespace[name] = _missing(name, where)
+                present[name] = False
+    return Api(present=present, backend=opened.backend, loaded=opened.loaded, **namespace)
+
+
+def _load() -> Api:
+    global _api
+    with _lock:
+        if _api is not None:
+            return _api
+        opened = open_libraries(lambda path: ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL))
+        bound = _bind(opened)
+        rc = bound.aclInit(ffi.NULL)
+        if rc == AclErrorCode.ACL_SUCCESS:
+            # We initialised AscendCL, so we finalise it; when torch_npu did it first, it does.
+            atexit.register(bound.aclFinalize)
+        elif rc != AclErrorCode.ACL_ERROR_REPEAT_INITIALIZE:
+            raise acl_failure(rc, "aclInit", bound)
+        _api = bound
+        return bound
+
+
+# Small helpers, so the layers above handle C values without touching cffi themselves.
+NULL = ffi.NULL
+
+
+def new(ctype: str, init: Any = None) -> Any:
+    """A zero-initialised C object owned by Python (``ffi.new``)."""
+    return ffi.new(ctype, init)
+
+
+def cast(ctype: str, value: Any) -> Any:
+    """``value`` viewed as ``ctype`` (``ffi.cast``)."""
+    return ffi.cast(ctype, value)
+
+
+def address(pointer: Any) -> int:
+    """A C pointer as an int."""
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+def buffer(pointer: Any, size: int = -1) -> Any:
+    """A writable Python buffer over C memory (``ffi.buffer``); it keeps ``pointer`` alive."""
+    return ffi.buffer(pointer, size) if size >= 0 else ffi.buffer(pointer)
+
+
+def from_buffer(ctype: str, data: Any) -> Any:
+    """A C array aliasing a Python buffer (``ffi.from_buffer``); it keeps ``data`` alive."""
+    return ffi.from_buffer(ctype, data)
+
+
+def string(pointer: Any) -> str:
+    """A NUL-terminated C string as str ('' for NULL)."""
+    return "" if pointer == ffi.NULL else ffi.string(pointer).decode("utf-8", "replace")
+
+
+def sizeof(ctype: str) -> int:
+    """``sizeof(ctype)``."""
+    return ffi.sizeof(ctype)
+
+
+def gc(pointer: Any, destructor: Any) -> Any:
+    """A pointer that calls ``destructor`` when collected (``ffi.gc``)."""
+    return ffi.gc(pointer, destructor)
+
+
+def api() -> Api:
+    """The loaded C functions, opening the libraries on first call."""
+    return _api if _api is not None else _load()
+
+
+def has(name: str) -> bool:
+    """Whether the loaded libraries export the C function ``name`` (loads them if needed)."""
+    return api().present.get(name, False)
+
+
+def loaded() -> Tuple[LoadedLibrary, ...]:
+    """The libraries in use, with where they came from and how they were found."""
+    return api().loaded
+
+
+def build_info() -> Optional[dict]:
+    """The simulator build description when running on the simulator, else None."""
+    return simulator_build_info(api().loaded)
+
+
+def _recent_message(bound: Api) -> Optional[str]:
+    if not bound.present.get("aclGetRecentErrMsg"):
+        return None
+    text = bound.aclGetRecentErrMsg()
+    return ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else None
+
+
+def acl_failure(rc: int, name: str, bound: Optional[Api] = None, context: str = "") -> Exception:
+    """The exception for an AscendCL call ``name`` that returned ``rc`` (read on the failing thread)."""
+    return acl_error(rc, name, recent=_recent_message(bound or api()), context=context)
+
+
+def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
+    """The exception for an HCCL call ``name`` that returned ``rc`` (read on the failing thread)."""
+    bound = api()
+    library_text = None
+    if bound.present.get("HcclGetErrorString"):
+        text = bound.HcclGetErrorString(rc)
+        library_text = ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else None
+    return hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context)
+
+
+def check_acl(rc: int, name: str, context: str = "") -> None:
+    """Raise the matching :class:`~hcclpy.errors.AclError` unless ``rc`` is ``ACL_SUCCESS``."""
+    if rc:
+        raise acl_failure(rc, name, context=context)
+
+
+def check_hccl(rc: int, name: str, context: str = "") -> None:
+    """Raise the matching :class:`~hcclpy.errors.HcclError` unless ``rc`` is ``HCCL_SUCCESS``."""
+    if rc:
+        raise hccl_failure(rc, name, context=context)

@@ -1,0 +1,171 @@
+"""Finding and opening ``libascendcl.so`` and ``libhccl.so`` (and, on CANN 9.x, ``libhcomm.so``).
+
+Search order, per library:
+
+1. an explicit path: ``HCCLPY_LIBASCENDCL`` / ``HCCLPY_LIBHCCL`` (and vllm-ascend's ``HCCL_SO_PATH``);
+2. ``$ASCEND_HOME_PATH/lib64``, ``$ASCEND_TOOLKIT_HOME/lib64``, ``/usr/local/Ascend/cann/lib64``,
+   ``/usr/local/Ascend/ascend-toolkit/latest/lib64``;
+3. the system loader (bare soname: ``LD_LIBRARY_PATH``, or a library torch_npu already loaded);
+4. with ``HCCLPY_BACKEND=auto`` (the default) and nothing found, the simulator (:mod:`hcclpy.sim`),
+   announced by one warning. ``HCCLPY_BACKEND=cann`` refuses the simulator, ``=sim`` goes
+   straight to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from ..errors import LibraryNotFoundError
+
+__all__ = ["LoadedLibrary", "SimulatorFallbackWarning", "open_libraries"]
+
+INSTALL_ROOTS = ("/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest")
+
+
+class SimulatorFallbackWarning(UserWarning):
+    """No CANN installation was found, so hcclpy runs on its CPU simulator."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedLibrary:
+    """Where a shared library was loaded from and how it was found."""
+
+    name: str
+    path: str
+    found_via: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenedLibraries:
+    acl: Any
+    hccl: Any
+    hcomm: Optional[Any]
+    backend: str  # "cann" or "sim"
+    loaded: Tuple[LoadedLibrary, ...]
+
+
+Opener = Callable[[str], Any]
+
+
+def _backend_choice() -> str:
+    choice = os.environ.get("HCCLPY_BACKEND", "auto").strip().lower() or "auto"
+    if choice not in ("auto", "cann", "sim"):
+        raise ValueError(f"HCCLPY_BACKEND={choice!r} is not one of 'auto', 'cann', 'sim'")
+    return choice
+
+
+def _candidates(soname: str, overrides: Sequence[str]) -> List[Tuple[str, str]]:
+    """(path or soname, how it was found) in search order."""
+    found: List[Tuple[str, str]] = []
+    for variable in overrides:
+        value = os.environ.get(variable)
+        if value:
+            found.append((value, variable))
+    for variable in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        root = os.environ.get(variable)
+        if root:
+            found.append((os.path.join(root, "lib64", soname), f"${variable}/lib64"))
+    for root in INSTALL_ROOTS:
+        found.append((os.path.join(root, "lib64", soname), root))
+    found.append((soname, "system loader"))
+    return found
+
+
+def _open_first(soname: str, overrides: Sequence[str], opener: Opener, failures: List[str]) -> Optional[Tuple[Any, LoadedLibrary]]:
+    seen = set()
+    for target, how in _candidates(soname, overrides):
+        if target in seen:
+            continue
+        seen.add(target)
+        if os.sep in target and not os.path.exists(target):
+            failures.append(f"  {target} ({how}): no such file")
+            continue
+        try:
+            lib = opener(target)
+        except OSError as exc:
+            failures.append(f"  {target} ({how}): {exc}")
+            continue
+        return lib, LoadedLibrary(soname, _resolved_path(target), how)
+    return None
+
+
+def _resolved_path(target: str) -> str:
+    return os.path.realpath(target) if os.sep in target else target
+
+
+def _is_simulator_tree(path: str) -> bool:
+    return os.sep in path and (Path(path).resolve().parent.parent / "BUILD_INFO.json").is_file()
+
+
+def _open_cann(opener: Opener, failures: List[str]) -> Optional[OpenedLibraries]:
+    acl = _open_first("libascendcl.so", ("HCCLPY_LIBASCENDCL",), opener, failures)
+    if acl is None:
+        return None
+    hccl = _open_first("libhccl.so", ("HCCLPY_LIBHCCL", "HCCL_SO_PATH"), opener, failures)
+    if hccl is None:
+        return None
+    # CANN 9.x moved communicator management into libhcomm.so, next to libhccl.so.
+    hcomm = None
+    sibling = os.path.join(os.path.dirname(hccl[1].path), "libhcomm.so")
+    for target in ([sibling] if os.sep in hccl[1].path else []) + ["libhcomm.so"]:
+        try:
+            hcomm = (opener(target), LoadedLibrary("libhcomm.so", _resolved_path(target), "next to libhccl.so"))
+            break
+        except OSError:
+            continue
+    loaded = (acl[1], hccl[1]) + ((hcomm[1],) if hcomm else ())
+    backend = "sim" if _is_simulator_tree(hccl[1].path) else "cann"
+    return OpenedLibraries(acl[0], hccl[0], hcomm[0] if hcomm else None, backend, loaded)
+
+
+def _open_simulator(opener: Opener) -> OpenedLibraries:
+    from .. import sim  # the simulator package only builds; it never touches cffi
+
+    lib64 = sim.home() / "lib64"
+    acl_path, hccl_path = str(lib64 / "libascendcl.so"), str(lib64 / "libhccl.so")
+    acl, hccl = opener(acl_path), opener(hccl_path)
+    loaded = (LoadedLibrary("libascendcl.so", acl_path, "hcclpy simulator"),
+              LoadedLibrary("libhccl.so", hccl_path, "hcclpy simulator"))
+    return OpenedLibraries(acl, hccl, None, "sim", loaded)
+
+
+def open_libraries(opener: Opener) -> OpenedLibraries:
+    """Find and open the libraries, or raise :class:`LibraryNotFoundError` listing every attempt."""
+    choice = _backend_choice()
+    failures: List[str] = []
+    if choice != "sim":
+        opened = _open_cann(opener, failures)
+        if opened is not None:
+            return opened
+        if choice == "cann":
+            raise LibraryNotFoundError(
+                "HCCLPY_BACKEND=cann but no usable CANN libraries were found. Tried:\n" + "\n".join(failures)
+                + "\nSource <CANN>/set_env.sh or set ASCEND_HOME_PATH (driver libraries must be on "
+                "LD_LIBRARY_PATH too).")
+        warnings.warn("hcclpy: no CANN installation found, running on the CPU simulator "
+                      "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning, stacklevel=4)
+    try:
+        return _open_simulator(opener)
+    except (OSError, RuntimeError) as exc:
+        raise LibraryNotFoundError(
+            "no CANN libraries and the simulator could not be built or loaded: " + str(exc)
+            + ("\nCANN candidates tried:\n" + "\n".join(failures) if failures else "")) from exc
+
+
+def describe(loaded: Sequence[LoadedLibrary]) -> str:
+    """One line per library, for ``hcclpy info``."""
+    return "\n".join(f"{lib.name}: {lib.path} (via {lib.found_via})" for lib in loaded)
+
+
+def simulator_build_info(loaded: Sequence[LoadedLibrary]) -> Optional[dict]:
+    """The simulator's BUILD_INFO.json when the libraries come from a simulator tree."""
+    for lib in loaded:
+        if _is_simulator_tree(lib.path):
+            with open(Path(lib.path).resolve().parent.parent / "BUILD_INFO.json", encoding="utf-8") as handle:
+                return json.load(handle)
+    return None

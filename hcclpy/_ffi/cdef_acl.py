@@ -1,0 +1,123 @@
+"""C declarations of the AscendCL runtime (``acl/acl_rt.h``, ``acl/acl_base_rt.h``), kept as data.
+
+Types and parameter order follow the CANN headers. Deliberate departures:
+
+* functions with an empty C++ parameter list are written ``(void)``;
+* the ``ACL_FUNC_VISIBILITY`` / deprecation attributes are dropped;
+* flag macros (``ACL_EVENT_*``, ``ACL_STREAM_*``) are Python constants in :mod:`hcclpy._ffi`,
+  because cffi cannot declare macros in ABI mode.
+"""
+
+TYPES = """
+typedef void *aclrtStream;
+typedef void *aclrtEvent;
+typedef void *aclrtContext;
+typedef int aclError;
+
+typedef enum { ACL_DEVICE = 0, ACL_HOST = 1 } aclrtRunMode;
+typedef enum {
+    ACL_EVENT_STATUS_COMPLETE = 0, ACL_EVENT_STATUS_NOT_READY = 1, ACL_EVENT_STATUS_RESERVED = 2
+} aclrtEventStatus;
+typedef enum {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0, ACL_EVENT_RECORDED_STATUS_COMPLETE = 1
+} aclrtEventRecordedStatus;
+typedef enum { ACL_CALLBACK_NO_BLOCK = 0, ACL_CALLBACK_BLOCK = 1 } aclrtCallbackBlockType;
+typedef enum {
+    ACL_MEMCPY_HOST_TO_HOST = 0, ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_HOST = 2,
+    ACL_MEMCPY_DEVICE_TO_DEVICE = 3, ACL_MEMCPY_DEFAULT = 4, ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5,
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6, ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7
+} aclrtMemcpyKind;
+typedef enum {
+    ACL_MEM_MALLOC_HUGE_FIRST = 0, ACL_MEM_MALLOC_HUGE_ONLY = 1, ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3, ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4, ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+    ACL_MEM_MALLOC_HUGE1G_ONLY = 6, ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7,
+    ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100, ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000
+} aclrtMemMallocPolicy;
+typedef enum {
+    ACL_DDR_MEM = 0, ACL_HBM_MEM = 1, ACL_DDR_MEM_HUGE = 2, ACL_DDR_MEM_NORMAL = 3, ACL_HBM_MEM_HUGE = 4,
+    ACL_HBM_MEM_NORMAL = 5, ACL_DDR_MEM_P2P_HUGE = 6, ACL_DDR_MEM_P2P_NORMAL = 7, ACL_HBM_MEM_P2P_HUGE = 8,
+    ACL_HBM_MEM_P2P_NORMAL = 9
+} aclrtMemAttr;
+typedef enum { ACL_RT_THREAD_LEVEL = 0 } aclrtLastErrLevel;
+typedef void (*aclrtCallback)(void *userData);
+"""
+
+FUNCTIONS = """
+aclError aclInit(const char *configPath);
+aclError aclFinalize(void);
+const char *aclGetRecentErrMsg(void);
+aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
+const char *aclrtGetSocName(void);
+aclError aclrtGetRunMode(aclrtRunMode *runMode);
+
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtSynchronizeDevice(void);
+aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout);
+
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+aclError aclrtDestroyContext(aclrtContext context);
+aclError aclrtSetCurrentContext(aclrtContext context);
+aclError aclrtGetCurrentContext(aclrtContext *context);
+
+aclError aclrtCreateStream(aclrtStream *stream);
+aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag);
+aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtDestroyStreamForce(aclrtStream stream);
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+
+aclError aclrtCreateEvent(aclrtEvent *event);
+aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
+aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status);
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
+aclError aclrtSynchronizeEvent(aclrtEvent event);
+aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout);
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
+aclError aclrtDestroyEvent(aclrtEvent event);
+
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtMallocHost(void **hostPtr, size_t size);
+aclError aclrtFree(void *devPtr);
+aclError aclrtFreeHost(void *hostPtr);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                          aclrtStream stream);
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+
+aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                             aclrtStream stream);
+aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
+aclError aclrtProcessReport(int32_t timeout);
+aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
+
+aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
+aclError aclrtGetLastError(aclrtLastErrLevel level);
+"""
+
+# Functions every supported CANN exports; the others are probed at load time.
+REQUIRED = (
+    "aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDevice", "aclrtGetDeviceCount",
+    "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtStreamWaitEvent",
+    "aclrtCreateEvent", "aclrtRecordEvent", "aclrtSynchronizeEvent", "aclrtEventElapsedTime",
+    "aclrtDestroyEvent", "aclrtMalloc", "aclrtMallocHost", "aclrtFree", "aclrtFreeHost", "aclrtMemcpy",
+    "aclrtMemcpyAsync", "aclrtMemset", "aclrtMemsetAsync",
+)
+
+OPTIONAL = (
+    "aclGetRecentErrMsg", "aclrtGetVersion", "aclrtGetSocName", "aclrtGetRunMode", "aclrtSynchronizeDevice",
+    "aclrtSynchronizeDeviceWithTimeout", "aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext",
+    "aclrtGetCurrentContext", "aclrtCreateStreamWithConfig", "aclrtDestroyStreamForce",
+    "aclrtSynchronizeStreamWithTimeout", "aclrtCreateEventWithFlag", "aclrtCreateEventExWithFlag",
+    "aclrtResetEvent", "aclrtQueryEvent", "aclrtQueryEventStatus", "aclrtSynchronizeEventWithTimeout",
+    "aclrtGetMemInfo", "aclrtLaunchCallback", "aclrtSubscribeReport", "aclrtProcessReport",
+    "aclrtUnSubscribeReport", "aclrtPeekAtLastError", "aclrtGetLastError",
+)

@@ -1,0 +1,63 @@
+"""Reading a DLPack capsule (``obj.__dlpack__()``) without taking ownership of it.
+
+The capsule stays owned by the Python object that produced it; hcclpy only reads the tensor
+description and keeps the object alive while it uses the memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, NamedTuple, Optional, Tuple
+
+import cffi
+
+_ffi = cffi.FFI()
+_ffi.cdef("""
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data; DLDevice device; int32_t ndim; DLDataType dtype;
+    int64_t *shape; int64_t *strides; uint64_t byte_offset;
+} DLTensor;
+typedef struct { DLTensor dl_tensor; void *manager_ctx; void *deleter; } DLManagedTensor;
+""")
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+DL_CPU, DL_CUDA_HOST, DL_ROCM_HOST = 1, 3, 11
+HOST_DEVICE_TYPES = frozenset({DL_CPU, DL_CUDA_HOST, DL_ROCM_HOST})
+
+
+class DLView(NamedTuple):
+    ptr: int
+    shape: Tuple[int, ...]
+    strides: Optional[Tuple[int, ...]]  # in elements; None means C-contiguous
+    code: int                           # 0 int, 1 uint, 2 float, 4 bfloat
+    bits: int
+    lanes: int
+    device_type: int
+    device_id: int
+
+
+def view(obj: Any) -> DLView:
+    """Describe the tensor behind ``obj.__dlpack__()``.
+
+    Raises
+    ------
+    TypeError
+        If ``obj.__dlpack__()`` does not return a DLPack capsule.
+    """
+    capsule = obj.__dlpack__()
+    try:
+        address = _get_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise TypeError(f"{type(obj).__name__}.__dlpack__() did not return an unused 'dltensor' capsule") from None
+    tensor = _ffi.cast("DLManagedTensor *", address).dl_tensor
+    ndim = int(tensor.ndim)
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    strides = None if tensor.strides == _ffi.NULL else tuple(int(tensor.strides[i]) for i in range(ndim))
+    ptr = int(_ffi.cast("uintptr_t", tensor.data)) + int(tensor.byte_offset)
+    return DLView(ptr, shape, strides, int(tensor.dtype.code), int(tensor.dtype.bits), int(tensor.dtype.lanes),
+                  int(tensor.device.device_type), int(tensor.device.device_id))

@@ -1,0 +1,114 @@
+"""Turning what callers pass as a buffer into (pointer, count, dtype, device).
+
+Accepted, in order of speed:
+
+* :class:`hcclpy.DeviceArray` (its pointer is already a C value);
+* ``(ptr, count, dtype)`` tuples, with ``ptr`` a device address as int;
+* tensors with ``data_ptr()`` / ``numel()`` / ``dtype`` / ``device`` (torch_npu tensors);
+* objects with ``__dlpack__`` describing device memory.
+
+Host memory (NumPy arrays, CPU tensors) is refused here: the host-array API stages it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+
+from .. import _ffi
+from .._ffi import dlpack
+from ..runtime import DeviceArray
+from ..types import DataType, as_datatype
+
+__all__ = ["Buffer", "resolve"]
+
+
+class Buffer(NamedTuple):
+    ptr: Any                 # cffi void *
+    address: int             # the same pointer as an int
+    count: int               # elements
+    dtype: DataType
+    device: Optional[int]    # logical device id when known
+    keep: Any                # object that owns the memory (kept alive by the caller)
+
+
+_DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataType.INT32, (0, 64): DataType.INT64,
+                 (1, 8): DataType.UINT8, (1, 16): DataType.UINT16, (1, 32): DataType.UINT32,
+                 (1, 64): DataType.UINT64, (2, 16): DataType.FP16, (2, 32): DataType.FP32, (2, 64): DataType.FP64,
+                 (4, 16): DataType.BFP16, (6, 8): DataType.UINT8}  # 6 = bool, moved as bytes (as torch_npu does)
+
+
+def _host_error(argument: str, what: str) -> TypeError:
+    return TypeError(f"{argument} is {what} in host memory; collectives here take device memory "
+                     "(hcclpy.DeviceArray, a (ptr, count, dtype) tuple, an NPU tensor). Pass NumPy arrays to the "
+                     "Communicator methods, which stage them through the device.")
+
+
+def _from_tuple(buf: tuple, argument: str) -> Buffer:
+    if len(buf) != 3:
+        raise TypeError(f"{argument} as a tuple must be (ptr, count, dtype), got {len(buf)} items")
+    ptr, count, dtype = buf
+    if isinstance(ptr, bool) or not isinstance(ptr, (int, np.integer)) or ptr < 0:
+        raise TypeError(f"{argument}[0] (ptr) must be a device address as a non-negative int, got {ptr!r}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"{argument}[1] (count) must be a non-negative int, got {count!r}")
+    dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
+    return Buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf)
+
+
+def _from_tensor(buf: Any, argument: str) -> Buffer:
+    device = buf.device
+    if getattr(device, "type", "cpu") == "cpu":
+        raise _host_error(argument, "a CPU tensor")
+    if not buf.is_contiguous():
+        raise ValueError(f"{argument} must be contiguous (call .contiguous() first)")
+    dtype_name = str(buf.dtype)
+    dt = DataType.UINT8 if dtype_name == "torch.bool" else as_datatype(buf.dtype, argument=f"{argument}.dtype")
+    address = int(buf.data_ptr())
+    return Buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, getattr(device, "index", None), buf)
+
+
+def _from_dlpack(buf: Any, argument: str) -> Buffer:
+    info = dlpack.view(buf)
+    if info.device_type in dlpack.HOST_DEVICE_TYPES:
+        raise _host_error(argument, f"a {type(buf).__name__}")
+    dt = _DLPACK_TYPES.get((info.code, info.bits))
+    if dt is None or info.lanes != 1:
+        raise TypeError(f"{argument} has DLPack type code {info.code} with {info.bits} bits x {info.lanes} lanes, "
+                        "which HCCL does not support")
+    if info.strides is not None:
+        expected, step = [], 1
+        for dim in reversed(info.shape):
+            expected.append(step)
+            step *= dim
+        if tuple(reversed(expected)) != info.strides and math.prod(info.shape) > 1:
+            raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
+    return Buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf)
+
+
+def resolve(buf: Any, argument: str) -> Buffer:
+    """Describe the device buffer ``buf`` (see the module docstring for what is accepted).
+
+    Raises
+    ------
+    TypeError
+        For host memory or an unsupported object or dtype.
+    ValueError
+        For a closed array, a non-contiguous tensor or a bad tuple.
+    """
+    if type(buf) is DeviceArray:
+        if buf.closed:
+            raise ValueError(f"{argument} is a closed DeviceArray (its memory was freed)")
+        return Buffer(buf._cptr, buf._alloc.ptr + buf._offset, buf._size, buf._dtype, buf._alloc.device._id, buf)
+    if isinstance(buf, tuple):
+        return _from_tuple(buf, argument)
+    if isinstance(buf, np.ndarray):
+        raise _host_error(argument, "a numpy.ndarray")
+    if hasattr(buf, "data_ptr") and hasattr(buf, "numel"):
+        return _from_tensor(buf, argument)
+    if hasattr(buf, "__dlpack__"):
+        return _from_dlpack(buf, argument)
+    raise TypeError(f"{argument} must be a device buffer (hcclpy.DeviceArray, (ptr, count, dtype) tuple, NPU "
+                    f"tensor or DLPack object), got {type(buf).__name__}")

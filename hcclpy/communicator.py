@@ -1,0 +1,300 @@
+"""Communicators: creating, splitting and destroying them, and their operations as methods."""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from typing import Any, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _ffi, collectives
+from ._comm_core import CommCore
+from .config import CommConfig
+from .errors import HcclError, HcclResult
+from .rootinfo import ROOT_INFO_BYTES, RootInfo
+from .runtime import Device, device_count, empty
+
+__all__ = ["Communicator"]
+
+ConfigLike = Union[CommConfig, Mapping[str, Any], None]
+_NON_MEMBER = 0xFFFFFFFF
+_NAME_BYTES = 128
+
+
+def _warn_not_destroyed(name: str) -> None:
+    # Destroying a communicator is collective: the collector must never do it behind the other ranks.
+    warnings.warn(f"communicator '{name}' was garbage collected without destroy(); its resources stay until the "
+                  "process exits", ResourceWarning, stacklevel=2)
+
+
+def _positive_int(value: Any, argument: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{argument}={value!r} must be an int >= {low}")
+    return int(value)
+
+
+def _device_for(device: Any) -> Device:
+    if device is not None:
+        dev = Device(device)
+        count = device_count()
+        if dev.id >= count:
+            raise ValueError(f"device={dev.id} is out of range: {count} device(s) are visible (0..{count - 1})")
+        return dev
+    return Device.current() or Device(0)
+
+
+class Communicator(CommCore):
+    """An HCCL communicator: ``size`` ranks, one per device, that run collectives together.
+
+    Every rank creates its communicator with the same ``nranks`` and :class:`RootInfo` (made once,
+    on one rank, and shipped to the others) and its own ``rank``::
+
+        info = hcclpy.RootInfo.generate(device=0)              # rank 0, then send to the others
+        comm = hcclpy.Communicator(4, info, rank, device=rank)
+        comm.all_reduce(x, y, stream=s)
+        s.synchronize()
+        comm.destroy()
+
+    ``destroy()`` (or a ``with`` block) must be called on every rank: the garbage collector never
+    destroys a communicator, it only warns. Operations are the methods below; each takes buffers
+    first, then ``op``/``root``/``peer``, then the keyword-only ``stream`` (default: the device's
+    hcclpy stream), and returns once the work is queued.
+
+    Parameters
+    ----------
+    nranks
+        Number of ranks.
+    root_info
+        The :class:`RootInfo` (or its bytes) from rank 0.
+    rank
+        This rank, in ``[0, nranks)``.
+    config
+        A :class:`CommConfig` or a dict of its fields.
+    device
+        Device of this rank; default: the calling thread's current device, else 0.
+
+    Raises
+    ------
+    HcclError
+        If initialisation fails (an ``HcclTimeoutError`` after ``HCCL_CONNECT_TIMEOUT`` if ranks are
+        missing).
+    """
+
+    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config")
+
+    def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
+                 device: Any = None) -> None:
+        nranks = _positive_int(nranks, "nranks")
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < nranks:
+            raise ValueError(f"rank={rank!r} must be an int in [0, {nranks})")
+        info = root_info if isinstance(root_info, RootInfo) else RootInfo.from_bytes(root_info)
+        cfg = CommConfig.coerce(config)
+        dev = _device_for(device)
+        bound = _ffi.api()
+        out = _ffi.new("HcclComm *")
+        with dev:
+            if cfg is not None:
+                rc = bound.HcclCommInitRootInfoConfig(nranks, info._cdata(), int(rank), cfg.to_c(), out)
+                name = "HcclCommInitRootInfoConfig"
+            else:
+                rc, name = bound.HcclCommInitRootInfo(nranks, info._cdata(), int(rank), out), "HcclCommInitRootInfo"
+        _ffi.check_hccl(rc, name, context=f"creating rank {rank} of {nranks} on {dev!r}")
+        self._adopt(out[0], dev, cfg, rank=int(rank), size=nranks)
+
+    @classmethod
+    def _from_handle(cls, handle: Any, device: Device, config: Optional[CommConfig], *, rank: Optional[int] = None,
+                     size: Optional[int] = None, is_sub: bool = False) -> "Communicator":
+        self = object.__new__(cls)
+        self._adopt(handle, device, config, rank=rank, size=size, is_sub=is_sub)
+        return self
+
+    def _adopt(self, handle: Any, device: Device, config: Optional[CommConfig], *, rank: Optional[int],
+               size: Optional[int], is_sub: bool = False) -> None:
+        bound = _ffi.api()
+        if bound.present["HcclGetRankId"]:
+            value = _ffi.new("uint32_t *")
+            _ffi.check_hccl(bound.HcclGetRankId(handle, value), "HcclGetRankId")
+            rank = int(value[0])
+            _ffi.check_hccl(bound.HcclGetRankSize(handle, value), "HcclGetRankSize")
+            size = int(value[0])
+        name = config.name if config is not None and config.name else ""
+        if bound.present["HcclGetCommName"]:
+            text = _ffi.new("char[]", _NAME_BYTES)
+            _ffi.check_hccl(bound.HcclGetCommName(handle, text), "HcclGetCommName")
+            name = _ffi.string(text)
+        if rank is None or size is None:
+            raise HcclError("this HCCL cannot report rank and size of the communicator", code=HcclResult.HCCL_E_NOT_SUPPORT,
+                            name="HCCL_E_NOT_SUPPORT", api="HcclGetRankId")
+        self._bind(handle, rank, size, device, name)
+        self._splits = 0
+        self._is_sub = is_sub
+        self._config = config
+        self._finalizer = weakref.finalize(self, _warn_not_destroyed, name)
+        self._finalizer.atexit = False
+
+    # ----------------------------------------------------------------- other constructors
+
+    @classmethod
+    def from_rank_table(cls, path: str, rank: int, *, config: ConfigLike = None,
+                        device: Any = None) -> "Communicator":
+        """Create a communicator from a rank-table JSON file (``HcclCommInitClusterInfo``).
+
+        No root info is exchanged: the table lists every rank's server and device. ``device`` must be
+        the device the table assigns to ``rank``.
+        """
+        if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+            raise TypeError(f"path must be a path to the rank table, got {type(path).__name__}")
+        text = os.fsdecode(os.fspath(path))
+        if len(text.encode()) >= 4096:
+            raise ValueError("the rank table path must be shorter than 4096 bytes")
+        rank = _positive_int(rank, "rank", 0)
+        cfg = CommConfig.coerce(config)
+        dev = _device_for(device)
+        bound = _ffi.api()
+        out = _ffi.new("HcclComm *")
+        with dev:
+            if cfg is not None:
+                rc = bound.HcclCommInitClusterInfoConfig(text.encode(), rank, cfg.to_c(), out)
+                name = "HcclCommInitClusterInfoConfig"
+            else:
+                rc, name = bound.HcclCommInitClusterInfo(text.encode(), rank, out), "HcclCommInitClusterInfo"
+        _ffi.check_hccl(rc, name, context=f"rank {rank} from rank table {text}")
+        return cls._from_handle(out[0], dev, cfg, rank=rank)
+
+    @classmethod
+    def init_all(cls, devices: Sequence[Any]) -> List["Communicator"]:
+        """One communicator per device, all in this process (``HcclCommInitAll``); rank ``i`` runs on
+        ``devices[i]``. Drive them from one thread with :func:`hcclpy.group`, or one thread each."""
+        ids = [Device(d).id for d in devices]
+        if not ids:
+            raise ValueError("devices must list at least one device")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"devices={ids} lists a device twice")
+        count = device_count()
+        if max(ids) >= count:
+            raise ValueError(f"devices={ids}: only {count} device(s) are visible (0..{count - 1})")
+        bound = _ffi.api()
+        comms = _ffi.new("HcclComm[]", len(ids))
+        _ffi.check_hccl(bound.HcclCommInitAll(len(ids), _ffi.new("int32_t[]", ids), comms), "HcclCommInitAll")
+        return [cls._from_handle(comms[i], Device(d), None, rank=i, size=len(ids)) for i, d in enumerate(ids)]
+
+    def split(self, ranks: Sequence[int], *, config: ConfigLike = None) -> Optional["Communicator"]:
+        """Create a sub-communicator of the parent ranks ``ranks`` (sorted; position = sub-rank).
+
+        Collective over the parent: every parent rank calls it, with the same ``ranks``, in the same
+        order relative to other splits. Members get the sub-communicator, the others None.
+
+        Examples
+        --------
+        >>> evens = comm.split(range(0, comm.size, 2))
+        """
+        members = [int(r) for r in ranks]
+        if not members or any(not 0 <= r < self._size for r in members) or members != sorted(set(members)):
+            raise ValueError(f"ranks={list(ranks)!r} must be distinct, increasing ranks of the parent "
+                             f"(0..{self._size - 1})")
+        cfg = CommConfig.coerce(config)
+        handle = self._live_handle()
+        self._splits += 1
+        member = self._rank in members
+        bound = _ffi.api()
+        if bound.present["HcclCreateSubCommConfig"] and not self._is_sub:
+            parent = _ffi.new("HcclComm *", handle)
+            out = _ffi.new("HcclComm *")
+            c_config = (cfg or CommConfig()).to_c()
+            if member:
+                rc = bound.HcclCreateSubCommConfig(parent, len(members), _ffi.new("uint32_t[]", members),
+                                                   self._splits, members.index(self._rank), c_config, out)
+            else:
+                rc = bound.HcclCreateSubCommConfig(parent, 0, _ffi.NULL, _NON_MEMBER, 0, c_config, out)
+            _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
+            if not member:
+                return None
+            return Communicator._from_handle(out[0], self._device, cfg, is_sub=True)
+        # Nested splits (and libraries without HcclCreateSubCommConfig): the first member makes a root
+        # info and the parent broadcasts it.
+        payload = empty(ROOT_INFO_BYTES, "uint8", device=self._device)
+        try:
+            if self._rank == members[0]:
+                payload.copy_from(np.frombuffer(RootInfo.generate(self._device).to_bytes(), dtype=np.uint8))
+            stream = self._device.default_stream
+            collectives.broadcast(self, payload, root=members[0], stream=stream)
+            stream.synchronize()
+            info = RootInfo(payload.to_numpy().tobytes())
+        finally:
+            payload.close()
+        if not member:
+            return None
+        sub = Communicator(len(members), info, members.index(self._rank), config=cfg, device=self._device)
+        sub._is_sub = True
+        return sub
+
+    # ----------------------------------------------------------------------- lifecycle
+
+    def async_error(self) -> Optional[HcclError]:
+        """The error that broke the communicator (for example a dead peer), or None if it is healthy.
+
+        The exception is returned, not raised.
+        """
+        bound = _ffi.api()
+        code = _ffi.new("HcclResult *")
+        _ffi.check_hccl(bound.HcclGetCommAsyncError(self._live_handle(), code), "HcclGetCommAsyncError")
+        if code[0] == 0:
+            return None
+        return _ffi.hccl_failure(int(code[0]), "HcclGetCommAsyncError", context=f"communicator '{self._name}'")
+
+    def destroy(self) -> None:
+        """Destroy the communicator (call it on every rank). Idempotent.
+
+        Work queued on hcclpy's default stream is waited for first; work on your own streams must be
+        synchronised before.
+
+        Raises
+        ------
+        HcclError
+            ``HCCL_E_AGAIN`` if operations are still in flight on other streams.
+        """
+        handle = self._handle
+        if handle is None:
+            return
+        default = Device._default_streams.get(self._device_id)
+        if default is not None and not default.closed:
+            try:
+                default.synchronize()
+            except Exception:  # noqa: BLE001 - a failed stream must not prevent teardown
+                pass
+        _ffi.check_hccl(self._api.HcclCommDestroy(handle), "HcclCommDestroy", context=f"destroying '{self._name}'")
+        self._handle = None
+        self._closed_by = "destroyed"
+        self._finalizer.detach()
+
+    def __enter__(self) -> "Communicator":
+        self._live_handle()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self._handle is None else f"rank {self._rank} of {self._size}"
+        return f"<hcclpy.Communicator '{self._name}' {state} on {self._device!r}>"
+
+    # ------------------------------------------------------------------------- operations
+
+    all_reduce = collectives.all_reduce
+    broadcast = collectives.broadcast
+    reduce = collectives.reduce
+    all_gather = collectives.all_gather
+    all_gather_v = collectives.all_gather_v
+    reduce_scatter = collectives.reduce_scatter
+    reduce_scatter_v = collectives.reduce_scatter_v
+    all_to_all = collectives.all_to_all
+    all_to_all_v = collectives.all_to_all_v
+    all_to_all_vc = collectives.all_to_all_vc
+    scatter = collectives.scatter
+    send = collectives.send
+    recv = collectives.recv
+    batch_send_recv = collectives.batch_send_recv
+    barrier = collectives.barrier
+

@@ -1,0 +1,184 @@
+"""Communicator configuration: a dataclass over the versioned C struct ``HcclCommConfig``.
+
+The header's ``HcclCommConfigInit`` is an inline function, not a library symbol, so hcclpy
+initialises the struct itself: a 24-byte header (size, magic word ``0xF0F0F0F0``, version) followed
+by fields, unset ones holding the library's "not set" sentinels. What the loaded library
+understands is asked once through ``HcclGetCommConfigCapability``:
+
+* libraries without the communicator-name capability only read a version-1 struct: hcclpy then
+  declares a 32-byte struct, as torch_npu does;
+* the buffer size and the deterministic flag are always written explicitly (from the fields, else
+  ``HCCL_BUFFSIZE`` / ``HCCL_DETERMINISTIC``), because the oldest libraries reject or misread the
+  "not set" sentinels there;
+* setting a field the library cannot read raises :class:`~hcclpy.errors.UnsupportedError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import struct
+from typing import Any, Mapping, Optional, Union
+
+from . import _ffi
+from .errors import UnsupportedError
+
+__all__ = ["CommConfig"]
+
+_MAGIC = 0xF0F0F0F0
+_VERSION = 11
+_NOT_SET = 0xFFFFFFFF
+_V1_SIZE = 32
+_DEFAULT_BUFFSIZE_MB = 200
+
+# HcclCommConfigCapability members: the library reads a field when its capability < the returned value.
+_CAPABILITY = {"buffer_size_mb": 0, "deterministic": 1, "name": 2, "op_expansion_mode": 3, "world_rank_id": 5,
+               "job_id": 6, "exec_timeout": 8, "algorithm": 9, "buffer_name": 11}
+
+
+def _text_field(value: Optional[str], field: str, limit: int) -> Optional[bytes]:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"CommConfig.{field} must be a str, got {type(value).__name__}")
+    data = value.encode("utf-8")
+    if len(data) >= limit or b"\0" in data:
+        raise ValueError(f"CommConfig.{field}={value!r} must be at most {limit - 1} UTF-8 bytes with no NUL")
+    return data
+
+
+def _int_field(value: Any, field: str, low: int, high: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"CommConfig.{field}={value!r} must be an int in [{low}, {high}]")
+
+
+def _deterministic_from_env() -> int:
+    text = os.environ.get("HCCL_DETERMINISTIC", "false").strip().lower()
+    return {"true": 1, "1": 1, "strict": 2, "2": 2}.get(text, 0)
+
+
+@dataclasses.dataclass
+class CommConfig:
+    """Options for creating a communicator (``HcclCommConfig``). ``None`` means "library default".
+
+    Attributes
+    ----------
+    buffer_size_mb
+        Size of each of the communicator's two buffers in MB (``HCCL_BUFFSIZE``, default 200).
+    deterministic
+        0 off, 1 on, 2 strict ordering (``HCCL_DETERMINISTIC``).
+    name
+        Communicator name (at most 127 bytes, unique); generated when None.
+    udi
+        Free-form user identifier (at most 127 bytes).
+    op_expansion_mode
+        0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only.
+    rdma_traffic_class, rdma_service_level
+        RDMA TC (multiple of 4 in [0, 255]) and SL ([0, 7]).
+    world_rank_id, job_id
+        Identifiers used by NSLB-DP load balancing.
+    exec_timeout
+        Seconds an operation may wait for its peers (``HCCL_EXEC_TIMEOUT``); 0 disables the limit.
+    algorithm
+        Algorithm selection string, such as ``"level0:NA;level1:H-D_R"`` (``HCCL_ALGO``).
+    buffer_name
+        Communicators with the same buffer name share their buffers.
+    qos
+        AI CPU SDMA QoS level in [0, 7].
+
+    Examples
+    --------
+    >>> cfg = hcclpy.CommConfig(name="tp_group", exec_timeout=60)
+    >>> comm = hcclpy.Communicator(world, root_info, rank, config=cfg, device=rank)
+    """
+
+    buffer_size_mb: Optional[int] = None
+    deterministic: Optional[int] = None
+    name: Optional[str] = None
+    udi: Optional[str] = None
+    op_expansion_mode: Optional[int] = None
+    rdma_traffic_class: Optional[int] = None
+    rdma_service_level: Optional[int] = None
+    world_rank_id: Optional[int] = None
+    job_id: Optional[int] = None
+    exec_timeout: Optional[float] = None
+    algorithm: Optional[str] = None
+    buffer_name: Optional[str] = None
+    qos: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _int_field(self.buffer_size_mb, "buffer_size_mb", 1, 0xFFFFFFFE)
+        if isinstance(self.deterministic, bool):
+            self.deterministic = int(self.deterministic)
+        _int_field(self.deterministic, "deterministic", 0, 2)
+        _text_field(self.name, "name", 128)
+        _text_field(self.udi, "udi", 128)
+        _int_field(self.op_expansion_mode, "op_expansion_mode", 0, 6)
+        _int_field(self.rdma_traffic_class, "rdma_traffic_class", 0, 255)
+        if self.rdma_traffic_class is not None and self.rdma_traffic_class % 4:
+            raise ValueError(f"CommConfig.rdma_traffic_class={self.rdma_traffic_class} must be a multiple of 4")
+        _int_field(self.rdma_service_level, "rdma_service_level", 0, 7)
+        _int_field(self.world_rank_id, "world_rank_id", 0, 0xFFFFFFFF)
+        _int_field(self.job_id, "job_id", 0, 2**64 - 1)
+        if self.exec_timeout is not None:
+            if isinstance(self.exec_timeout, bool) or not isinstance(self.exec_timeout, (int, float)) \
+                    or not 0 <= self.exec_timeout < 2**31:
+                raise ValueError(f"CommConfig.exec_timeout={self.exec_timeout!r} must be a number of seconds in "
+                                 "[0, 2**31)")
+        _text_field(self.algorithm, "algorithm", 1600)
+        _text_field(self.buffer_name, "buffer_name", 128)
+        _int_field(self.qos, "qos", 0, 7)
+
+    @classmethod
+    def coerce(cls, value: Union["CommConfig", Mapping[str, Any], None]) -> Optional["CommConfig"]:
+        """Accept a CommConfig, a dict of its fields, or None.
+
+        Raises
+        ------
+        TypeError
+            For any other value or an unknown key (the message lists the valid keys).
+        """
+        if value is None or isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            fields = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - fields)
+            if unknown:
+                raise TypeError(f"unknown CommConfig key(s) {unknown}; valid keys: {sorted(fields)}")
+            return cls(**value)
+        raise TypeError(f"config must be a CommConfig, a dict or None, got {type(value).__name__}")
+
+    def to_c(self) -> Any:
+        """A freshly initialised ``HcclCommConfig *`` (cffi) holding these settings."""
+        bound = _ffi.api()
+        capability = bound.HcclGetCommConfigCapability() if bound.present["HcclGetCommConfigCapability"] else 0
+        for field, needed in _CAPABILITY.items():
+            if getattr(self, field) is not None and capability <= needed:
+                raise UnsupportedError(f"CommConfig.{field} needs a newer CANN: this HCCL's config capability is "
+                                       f"{capability}")
+        cfg = _ffi.new("HcclCommConfig *")
+        full = capability > _CAPABILITY["name"]
+        size = _ffi.sizeof("HcclCommConfig") if full else _V1_SIZE
+        struct.pack_into("<QIIQ", _ffi.buffer(cfg), 0, size, _MAGIC, _VERSION if full else 1, 0)
+        buffsize = os.environ.get("HCCL_BUFFSIZE", "")
+        cfg.hcclBufferSize = self.buffer_size_mb or (int(buffsize) if buffsize.isdigit() else _DEFAULT_BUFFSIZE_MB)
+        cfg.hcclDeterministic = self.deterministic if self.deterministic is not None else _deterministic_from_env()
+        for attr, field in (("hcclCommName", "name"), ("hcclUdi", "udi"), ("hcclAlgo", "algorithm"),
+                            ("hcclBufferName", "buffer_name")):
+            data = _text_field(getattr(self, field), field, 1 << 30)
+            if data is not None:
+                setattr(cfg, attr, data)
+        cfg.hcclOpExpansionMode = self.op_expansion_mode or 0
+        cfg.hcclRdmaTrafficClass = _NOT_SET if self.rdma_traffic_class is None else self.rdma_traffic_class
+        cfg.hcclRdmaServiceLevel = _NOT_SET if self.rdma_service_level is None else self.rdma_service_level
+        cfg.hcclWorldRankID = self.world_rank_id or 0
+        cfg.hcclJobID = self.job_id or 0
+        # Whole seconds in C; rounding up keeps a short limit from turning into 0 ("no limit").
+        cfg.hcclExecTimeOut = -1 if self.exec_timeout is None else math.ceil(self.exec_timeout)
+        cfg.hcclQos = _NOT_SET if self.qos is None else self.qos
+        cfg.hcclSymWinMaxMemSizePerRank = 16
+        cfg.hcclChannelSqDepth = _NOT_SET
+        return cfg

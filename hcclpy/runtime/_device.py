@@ -1,0 +1,167 @@
+"""Devices. The current device belongs to the calling thread, as in AscendCL."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from .. import _ffi
+
+if TYPE_CHECKING:
+    from ._event import Event
+    from ._stream import Stream
+
+__all__ = ["Device", "device_count"]
+
+
+def device_count() -> int:
+    """Number of devices visible to this process (``ASCEND_RT_VISIBLE_DEVICES`` applies)."""
+    bound = _ffi.api()
+    count = _ffi.new("uint32_t *")
+    _ffi.check_acl(bound.aclrtGetDeviceCount(count), "aclrtGetDeviceCount")
+    return int(count[0])
+
+
+def current_device_id() -> Optional[int]:
+    """The calling thread's current device id, or None if it has not set one."""
+    bound = _ffi.api()
+    out = _ffi.new("int32_t *")
+    return int(out[0]) if bound.aclrtGetDevice(out) == 0 else None
+
+
+def set_current_device(device_id: int) -> None:
+    """Make ``device_id`` current on the calling thread (validated first)."""
+    count = device_count()
+    if not 0 <= device_id < count:
+        raise ValueError(f"device={device_id} is out of range: {count} device(s) are visible (0..{count - 1})")
+    _ffi.check_acl(_ffi.api().aclrtSetDevice(device_id), "aclrtSetDevice")
+
+
+class Device:
+    """One NPU (or simulated device), by logical id.
+
+    ``Device(i)`` is cheap and returns the same object for the same id. It holds no per-thread state:
+    :meth:`set_current` (or ``with device:``) changes the *calling thread's* current device, which is
+    what allocations and new streams use. Each thread that works with a device must make it current.
+
+    Examples
+    --------
+    >>> dev = hcclpy.Device(0)
+    >>> with dev:                       # current on this thread inside the block
+    ...     x = hcclpy.zeros(1024, "float32")
+    """
+
+    _instances: Dict[int, "Device"] = {}
+    _lock = threading.Lock()
+    _default_streams: Dict[int, "Stream"] = {}
+    _local = threading.local()
+
+    __slots__ = ("_id",)
+
+    def __new__(cls, device_id: int = 0) -> "Device":
+        if isinstance(device_id, Device):
+            return device_id
+        if not isinstance(device_id, int) or isinstance(device_id, bool):
+            raise TypeError(f"device must be an int device id, got {type(device_id).__name__}")
+        if device_id < 0:
+            raise ValueError(f"device={device_id} is negative; device ids start at 0")
+        with cls._lock:
+            instance = cls._instances.get(device_id)
+            if instance is None:
+                instance = super().__new__(cls)
+                instance._id = device_id
+                cls._instances[device_id] = instance
+            return instance
+
+    @property
+    def id(self) -> int:
+        """The logical device id."""
+        return self._id
+
+    def __repr__(self) -> str:
+        return f"Device({self._id})"
+
+    def __int__(self) -> int:
+        return self._id
+
+    def __index__(self) -> int:
+        return self._id
+
+    @classmethod
+    def current(cls) -> Optional["Device"]:
+        """The calling thread's current device, or None."""
+        device_id = current_device_id()
+        return None if device_id is None else cls(device_id)
+
+    @staticmethod
+    def count() -> int:
+        """Number of visible devices."""
+        return device_count()
+
+    def set_current(self) -> None:
+        """Make this device current on the calling thread.
+
+        Raises
+        ------
+        ValueError
+            If the id is not a visible device.
+        """
+        set_current_device(self._id)
+
+    def __enter__(self) -> "Device":
+        stack: List[Optional[int]] = self._local.__dict__.setdefault("stack", [])
+        stack.append(current_device_id())
+        self.set_current()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        previous = self._local.stack.pop()
+        if previous is not None and previous != self._id:
+            set_current_device(previous)
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on this device's streams."""
+        with self:
+            _ffi.check_acl(_ffi.api().aclrtSynchronizeDevice(), "aclrtSynchronizeDevice")
+
+    def memory_info(self) -> Tuple[int, int]:
+        """``(free, total)`` device memory in bytes."""
+        free = _ffi.new("size_t *")
+        total = _ffi.new("size_t *")
+        with self:
+            _ffi.check_acl(_ffi.api().aclrtGetMemInfo(1, free, total), "aclrtGetMemInfo")  # ACL_HBM_MEM
+        return int(free[0]), int(total[0])
+
+    def create_stream(self, *, priority: int = 0) -> "Stream":
+        """A new stream on this device (``priority`` 0..7, 0 is the default)."""
+        from ._stream import Stream
+
+        return Stream._create(self, priority)
+
+    def create_event(self, *, timing: bool = True) -> "Event":
+        """A new event on this device; ``timing=False`` events cannot measure elapsed time."""
+        from ._event import Event
+
+        return Event._create(self, timing)
+
+    @property
+    def default_stream(self) -> "Stream":
+        """A stream hcclpy creates once per device and process, used wherever ``stream=None``."""
+        stream = self._default_streams.get(self._id)
+        if stream is None or stream.closed:
+            with self._lock:
+                stream = self._default_streams.get(self._id)
+                if stream is None or stream.closed:
+                    stream = self.create_stream()
+                    self._default_streams[self._id] = stream
+        return stream
+
+
+def _forget_streams_after_fork() -> None:
+    # Streams of the parent process do not exist in a forked child.
+    Device._default_streams = {}
+    Device._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_streams_after_fork)

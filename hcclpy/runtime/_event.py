@@ -1,0 +1,134 @@
+"""Events: markers recorded on a stream, for ordering and timing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from .. import _ffi
+from ._device import Device
+from ._lifetime import attach, close_now
+from ._stream import _timeout_ms
+
+if TYPE_CHECKING:
+    from ._stream import Stream
+
+__all__ = ["Event"]
+
+
+class Event:
+    """An AscendCL event. Create one with :meth:`Device.create_event` or :meth:`Stream.record`.
+
+    Examples
+    --------
+    >>> start, end = stream.record(), None
+    >>> comm.all_reduce(x, y, stream=stream)
+    >>> end = stream.record()
+    >>> end.synchronize(); print(start.elapsed_time(end), "ms")
+    """
+
+    __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("create events with Device.create_event() or Stream.record()")
+
+    @classmethod
+    def _create(cls, device: Device, timing: bool) -> "Event":
+        bound = _ffi.api()
+        out = _ffi.new("aclrtEvent *")
+        with device:
+            if bound.present.get("aclrtCreateEventWithFlag"):
+                flags = _ffi.ACL_EVENT_SYNC | (_ffi.ACL_EVENT_TIME_LINE if timing else 0)
+                rc, name = bound.aclrtCreateEventWithFlag(out, flags), "aclrtCreateEventWithFlag"
+            else:
+                rc, name = bound.aclrtCreateEvent(out), "aclrtCreateEvent"
+        _ffi.check_acl(rc, name)
+        self = object.__new__(cls)
+        self._cdata_ptr = out[0]
+        self._device = device
+        self._timing = bool(timing)
+        cdata = out[0]
+
+        def release() -> None:
+            _ffi.check_acl(bound.aclrtDestroyEvent(cdata), "aclrtDestroyEvent")
+
+        self._finalizer = attach(self, release, "hcclpy.Event")
+        return self
+
+    def _cdata(self) -> Any:
+        if not self._finalizer.alive:
+            raise ValueError("operation on a closed Event")
+        return self._cdata_ptr
+
+    @property
+    def handle(self) -> int:
+        """The ``aclrtEvent`` as an int."""
+        return _ffi.address(self._cdata())
+
+    @property
+    def device(self) -> Device:
+        """The device the event was created on."""
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        """True once the event has been closed; False otherwise."""
+        return not self._finalizer.alive
+
+    def record(self, stream: "Optional[Stream]" = None) -> None:
+        """Record the event at the current end of ``stream`` (the device's default stream if None)."""
+        from ._stream import Stream
+
+        if stream is None:
+            stream = self._device.default_stream
+        elif not isinstance(stream, Stream):
+            raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
+
+    def query(self) -> bool:
+        """True if the work before the event's last record has finished; False otherwise."""
+        status = _ffi.new("aclrtEventRecordedStatus *")
+        _ffi.check_acl(_ffi.api().aclrtQueryEventStatus(self._cdata(), status), "aclrtQueryEventStatus")
+        return int(status[0]) == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+
+    def synchronize(self, timeout: Optional[float] = None) -> None:
+        """Block until the event completes (``timeout`` in seconds; None waits for the work).
+
+        Raises
+        ------
+        CommTimeoutError
+            If ``timeout`` passed first.
+        """
+        ms = _timeout_ms(timeout)
+        bound = _ffi.api()
+        if ms < 0:
+            rc, name = bound.aclrtSynchronizeEvent(self._cdata()), "aclrtSynchronizeEvent"
+        else:
+            rc, name = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), ms), "aclrtSynchronizeEventWithTimeout"
+        if rc:
+            raise _ffi.acl_failure(rc, name)
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end``; both must be recorded and complete.
+
+        Raises
+        ------
+        ValueError
+            If either event was created with ``timing=False``.
+        """
+        if not isinstance(end, Event):
+            raise TypeError(f"end must be an hcclpy.Event, got {type(end).__name__}")
+        if not (self._timing and end._timing):
+            raise ValueError("elapsed_time needs two events created with timing=True")
+        ms = _ffi.new("float *")
+        _ffi.check_acl(_ffi.api().aclrtEventElapsedTime(ms, self._cdata(), end._cdata()), "aclrtEventElapsedTime")
+        return float(ms[0])
+
+    def close(self) -> None:
+        """Destroy the event. Idempotent."""
+        close_now(self._finalizer)
+
+    def __enter__(self) -> "Event":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

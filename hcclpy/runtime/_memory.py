@@ -1,0 +1,343 @@
+"""Device memory (typed arrays) and pinned host memory."""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .. import _ffi
+from ..types import DataType, as_datatype, numpy_dtype
+from ._device import Device
+from ._lifetime import attach, close_now
+from ._stream import Stream
+
+__all__ = ["DeviceArray", "empty", "zeros", "from_numpy", "pinned_empty"]
+
+ShapeLike = Union[int, Sequence[int]]
+
+_H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
+_HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
+
+
+def _shape_of(shape: ShapeLike) -> Tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    try:
+        dims = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise TypeError(f"shape={shape!r} must be an int or a sequence of ints") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape={shape!r} has a negative dimension")
+    return dims
+
+
+def _device_of(device: Any) -> Device:
+    if device is None:
+        return Device.current() or Device(0)
+    return Device(device)
+
+
+class _Allocation:
+    """One aclrtMalloc block; freed by DeviceArray.close() on the base array or by the collector."""
+
+    __slots__ = ("__weakref__", "ptr", "nbytes", "device", "finalizer")
+
+    def __init__(self, nbytes: int, device: Device) -> None:
+        self.nbytes = nbytes
+        self.device = device
+        self.ptr = 0
+        release = None
+        if nbytes > 0:
+            bound = _ffi.api()
+            out = _ffi.new("void **")
+            with device:
+                _ffi.check_acl(bound.aclrtMalloc(out, nbytes, _HUGE_FIRST), "aclrtMalloc",
+                               context=f"allocating {nbytes} bytes on {device!r}")
+            raw = out[0]
+            self.ptr = _ffi.address(raw)
+
+            def release() -> None:
+                _ffi.check_acl(bound.aclrtFree(raw), "aclrtFree")
+
+        # Device arrays are as common as NumPy arrays: collecting one is normal, not a leak.
+        self.finalizer = attach(self, release, "device allocation", warn=False)
+
+
+class DeviceArray:
+    """A C-contiguous, typed array in device memory.
+
+    Create one with :func:`hcclpy.empty`, :func:`hcclpy.zeros` or :func:`hcclpy.from_numpy`.
+    Indexing the first axis (``a[3]``, ``a[2:5]``) and :meth:`reshape` give views that share the
+    memory. Copies to and from the host are synchronous unless a ``stream`` is given; device work
+    queued on a stream is only visible after that stream is synchronised.
+
+    Examples
+    --------
+    >>> a = hcclpy.from_numpy(np.arange(8, dtype=np.float32), device=0)
+    >>> a[2:4].to_numpy()
+    array([2., 3.], dtype=float32)
+    """
+
+    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_size", "_cptr")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("create device arrays with hcclpy.empty(), hcclpy.zeros() or hcclpy.from_numpy()")
+
+    @classmethod
+    def _view(cls, alloc: _Allocation, offset: int, shape: Tuple[int, ...], dtype: DataType) -> "DeviceArray":
+        self = object.__new__(cls)
+        self._alloc = alloc
+        self._offset = offset
+        self._shape = shape
+        self._dtype = dtype
+        self._size = math.prod(shape)
+        # The pointer is cast once here, so passing it to a collective costs nothing per call.
+        self._cptr = _ffi.cast("void *", alloc.ptr + offset) if alloc.ptr else _ffi.NULL
+        return self
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """Dimensions."""
+        return self._shape
+
+    @property
+    def dtype(self) -> DataType:
+        """Element type."""
+        return self._dtype
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self._size
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array."""
+        return self._size * self._dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        """Device address of the first element."""
+        self._check_open()
+        return self._alloc.ptr + self._offset
+
+    @property
+    def device(self) -> Device:
+        """The device holding the memory."""
+        return self._alloc.device
+
+    @property
+    def closed(self) -> bool:
+        """True once the memory has been freed; False otherwise."""
+        return self._alloc.nbytes > 0 and not self._alloc.finalizer.alive
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        state = "closed, " if self.closed else ""
+        return f"<hcclpy.DeviceArray {state}shape={self._shape} dtype={self._dtype.name.lower()} on {self.device!r}>"
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("operation on a closed DeviceArray (its memory was freed)")
+
+    # ------------------------------------------------------------------------ views
+
+    def __getitem__(self, key: Any) -> "DeviceArray":
+        if not self._shape:
+            raise IndexError("a 0-d DeviceArray cannot be indexed")
+        rows, row_bytes = self._shape[0], math.prod(self._shape[1:]) * self._dtype.itemsize
+        if isinstance(key, slice):
+            start, stop, step = key.indices(rows)
+            if step != 1:
+                raise IndexError("DeviceArray views must be contiguous: slices with a step are not supported")
+            stop = max(stop, start)
+            return DeviceArray._view(self._alloc, self._offset + start * row_bytes,
+                                     (stop - start,) + self._shape[1:], self._dtype)
+        try:
+            index = operator.index(key)
+        except TypeError:
+            raise TypeError(f"DeviceArray supports an int or a slice on the first axis, not {key!r}") from None
+        if not -rows <= index < rows:
+            raise IndexError(f"index {index} is out of bounds for axis 0 of size {rows}")
+        index %= rows
+        return DeviceArray._view(self._alloc, self._offset + index * row_bytes, self._shape[1:], self._dtype)
+
+    def reshape(self, *shape: Any) -> "DeviceArray":
+        """A view with another shape (one dimension may be -1)."""
+        dims = list(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
+        if dims.count(-1) > 1:
+            raise ValueError("only one dimension of a reshape can be -1")
+        if -1 in dims:
+            known = math.prod(d for d in dims if d != -1)
+            if known == 0 or self._size % known:
+                raise ValueError(f"cannot reshape {self._size} elements into {tuple(shape)}")
+            dims[dims.index(-1)] = self._size // known
+        new_shape = _shape_of(dims)
+        if math.prod(new_shape) != self._size:
+            raise ValueError(f"cannot reshape {self._size} elements into {new_shape}")
+        return DeviceArray._view(self._alloc, self._offset, new_shape, self._dtype)
+
+    # ------------------------------------------------------------------------ copies
+
+    def _host_array(self, array: Any, argument: str) -> np.ndarray:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{argument} must be a numpy.ndarray or an hcclpy.DeviceArray, got "
+                            f"{type(array).__name__}")
+        if as_datatype(array.dtype, argument=f"{argument}.dtype") != self._dtype:
+            raise TypeError(f"{argument}.dtype is {array.dtype}, but the DeviceArray holds "
+                            f"{self._dtype.name.lower()}")
+        if array.size != self._size:
+            raise ValueError(f"{argument} has {array.size} elements, the DeviceArray {self._size}")
+        return array
+
+    def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream]) -> None:
+        nbytes = self.nbytes
+        if nbytes == 0:
+            return
+        bound, cast = _ffi.api(), _ffi.cast
+        if stream is None:
+            _ffi.check_acl(bound.aclrtMemcpy(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind),
+                           "aclrtMemcpy")
+            return
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
+                                              stream._cdata()), "aclrtMemcpyAsync")
+
+    def copy_from(self, src: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
+        """Copy ``src`` (same dtype and size) into this array.
+
+        Without ``stream`` the copy is done when the call returns. With ``stream`` it is queued there;
+        a host ``src`` must then stay alive and unchanged until the stream is synchronised (and the
+        copy is only asynchronous for pinned memory, see :func:`pinned_empty`).
+        """
+        self._check_open()
+        if isinstance(src, DeviceArray):
+            src._check_open()
+            if src._dtype != self._dtype or src._size != self._size:
+                raise ValueError(f"src is {src._size} x {src._dtype.name.lower()}, this array "
+                                 f"{self._size} x {self._dtype.name.lower()}")
+            self._copy(self.ptr, src.ptr, _D2D, stream)
+            return
+        array = self._host_array(src, "src")
+        if not array.flags.c_contiguous:
+            if stream is not None:
+                raise ValueError("src must be C-contiguous for a copy on a stream (use np.ascontiguousarray)")
+            array = np.ascontiguousarray(array)
+        self._copy(self.ptr, array.ctypes.data, _H2D, stream)
+
+    def copy_to(self, dst: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
+        """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable and
+        C-contiguous). Queued on ``stream`` if given, as for :meth:`copy_from`."""
+        self._check_open()
+        if isinstance(dst, DeviceArray):
+            dst.copy_from(self, stream=stream)
+            return
+        array = self._host_array(dst, "dst")
+        if not array.flags.writeable:
+            raise ValueError("dst is read-only")
+        if not array.flags.c_contiguous:
+            raise ValueError("dst must be C-contiguous")
+        self._copy(array.ctypes.data, self.ptr, _D2H, stream)
+
+    def to_numpy(self, *, stream: Optional[Stream] = None) -> np.ndarray:
+        """A new host array with a copy of the data (after ``stream``'s queued work, if given)."""
+        out = np.empty(self._shape, dtype=numpy_dtype(self._dtype))
+        self.copy_to(out, stream=stream)
+        if stream is not None:
+            stream.synchronize()
+        return out
+
+    def fill_zero(self, *, stream: Optional[Stream] = None) -> None:
+        """Set every byte to zero (queued on ``stream`` if given)."""
+        self._check_open()
+        if self.nbytes == 0:
+            return
+        bound = _ffi.api()
+        ptr = _ffi.cast("void *", self.ptr)
+        if stream is None:
+            _ffi.check_acl(bound.aclrtMemset(ptr, self.nbytes, 0, self.nbytes), "aclrtMemset")
+        else:
+            _ffi.check_acl(bound.aclrtMemsetAsync(ptr, self.nbytes, 0, self.nbytes, stream._cdata()),
+                           "aclrtMemsetAsync")
+
+    def close(self) -> None:
+        """Free the memory now (every view of it becomes unusable). Idempotent."""
+        close_now(self._alloc.finalizer)
+
+    def __enter__(self) -> "DeviceArray":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def empty(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> DeviceArray:
+    """Allocate an uninitialised device array.
+
+    Parameters
+    ----------
+    shape
+        Dimensions.
+    dtype
+        A :class:`~hcclpy.DataType`, NumPy dtype, or name such as ``"float32"``.
+    device
+        Device id or :class:`Device`; default: the calling thread's current device, else 0.
+
+    Raises
+    ------
+    AclError
+        If the device is out of memory (``ACL_ERROR_RT_MEMORY_ALLOCATION``).
+    """
+    dims, datatype, dev = _shape_of(shape), as_datatype(dtype), _device_of(device)
+    return DeviceArray._view(_Allocation(math.prod(dims) * datatype.itemsize, dev), 0, dims, datatype)
+
+
+def zeros(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> DeviceArray:
+    """Allocate a zero-filled device array (see :func:`empty`)."""
+    array = empty(shape, dtype, device=device)
+    array.fill_zero()
+    return array
+
+
+def from_numpy(array: np.ndarray, *, device: Any = None) -> DeviceArray:
+    """Copy a NumPy array to a new device array of the same shape and dtype."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
+    out = empty(array.shape, array.dtype, device=device)
+    out.copy_from(array)
+    return out
+
+
+def pinned_empty(shape: ShapeLike, dtype: Any = "float32") -> np.ndarray:
+    """A NumPy array in pinned (page-locked) host memory from ``aclrtMallocHost``.
+
+    Copies between pinned memory and the device on a stream are truly asynchronous. The memory is
+    freed when the array (and every view of it) is garbage collected.
+    """
+    dims, datatype = _shape_of(shape), as_datatype(dtype)
+    np_dtype = numpy_dtype(datatype)
+    nbytes = max(math.prod(dims) * datatype.itemsize, 1)
+    bound = _ffi.api()
+    out = _ffi.new("void **")
+    _ffi.check_acl(bound.aclrtMallocHost(out, nbytes), "aclrtMallocHost")
+    owner = _ffi.gc(out[0], bound.aclrtFreeHost)
+    return np.frombuffer(_ffi.buffer(owner, nbytes), dtype=np_dtype, count=math.prod(dims)).reshape(dims)

@@ -1,0 +1,182 @@
+"""Streams: ordered queues of asynchronous work on one device."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .. import _ffi
+from ..errors import AclErrorCode
+from ._device import Device
+from ._lifetime import attach, close_now
+
+__all__ = ["Stream"]
+
+
+def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"{argument}={timeout!r} must be None (no limit) or a number of seconds >= 0")
+    return min(int(timeout * 1000 + 0.5), 2**31 - 1)
+
+
+class Stream:
+    """An AscendCL stream: work queued on it runs in order, asynchronously to the host.
+
+    Create one with :meth:`Device.create_stream`, or wrap a stream owned elsewhere (for example
+    torch_npu's current stream) with :meth:`from_handle`. Streams are closed by :meth:`close`, by a
+    ``with`` block, or, as a safety net, when garbage collected.
+    """
+
+    __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_owned", "_owner", "_finalizer")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
+                        "Stream.from_handle()")
+
+    @classmethod
+    def _wrap(cls, handle: int, device: Device, owned: bool, owner: Any = None) -> "Stream":
+        self = object.__new__(cls)
+        self._handle = handle
+        self._ptr_cdata = _ffi.cast("aclrtStream", handle)
+        self._device = device
+        self._owned = owned
+        self._owner = owner
+        release = None
+        if owned:
+            bound, cdata = _ffi.api(), self._ptr_cdata
+
+            def release() -> None:
+                _ffi.check_acl(bound.aclrtDestroyStream(cdata), "aclrtDestroyStream")
+
+        self._finalizer = attach(self, release, "hcclpy.Stream")
+        return self
+
+    @classmethod
+    def _create(cls, device: Device, priority: int = 0) -> "Stream":
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 7:
+            raise ValueError(f"priority={priority!r} must be an int in 0..7")
+        bound = _ffi.api()
+        out = _ffi.new("aclrtStream *")
+        with device:
+            if priority and bound.present.get("aclrtCreateStreamWithConfig"):
+                rc, name = bound.aclrtCreateStreamWithConfig(out, priority, 0), "aclrtCreateStreamWithConfig"
+            else:
+                rc, name = bound.aclrtCreateStream(out), "aclrtCreateStream"
+        _ffi.check_acl(rc, name)
+        return cls._wrap(_ffi.address(out[0]), device, owned=True)
+
+    @classmethod
+    def from_handle(cls, handle: int, *, device: "int | Device", owner: Any = None) -> "Stream":
+        """Borrow a stream created elsewhere (``handle`` is its ``aclrtStream`` as an int).
+
+        hcclpy never destroys a borrowed stream: whoever created it must keep it alive while hcclpy
+        uses it. ``owner`` is kept referenced for that purpose (for example a torch_npu stream object).
+
+        Examples
+        --------
+        >>> s = hcclpy.Stream.from_handle(torch.npu.current_stream().npu_stream, device=0)
+        """
+        if isinstance(handle, bool) or not isinstance(handle, int) or handle <= 0:
+            raise ValueError(f"handle={handle!r} must be a non-zero aclrtStream address (int)")
+        return cls._wrap(handle, Device(device), owned=False, owner=owner)
+
+    @property
+    def handle(self) -> int:
+        """The ``aclrtStream`` as an int."""
+        self._check_open()
+        return self._handle
+
+    @property
+    def device(self) -> Device:
+        """The device the stream belongs to."""
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        """True once the stream has been closed; False otherwise."""
+        return not self._finalizer.alive
+
+    @property
+    def owned(self) -> bool:
+        """True if hcclpy created the stream (and destroys it); False for a borrowed handle."""
+        return self._owned
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise ValueError("operation on a closed Stream")
+
+    def _cdata(self) -> Any:
+        if not self._finalizer.alive:
+            raise ValueError("operation on a closed Stream")
+        return self._ptr_cdata
+
+    def synchronize(self, timeout: Optional[float] = None) -> None:
+        """Block until all work queued so far has finished.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most; None waits for the work (collectives are themselves bounded by
+            ``HCCL_EXEC_TIMEOUT``).
+
+        Raises
+        ------
+        CommTimeoutError
+            If ``timeout`` passed first (an :class:`~hcclpy.errors.AclError` too).
+        AclError
+            If queued work failed; a failed collective makes the stream fail for good.
+        """
+        ms = _timeout_ms(timeout)
+        bound = _ffi.api()
+        cdata = self._cdata()
+        if ms < 0:
+            rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
+        else:
+            rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
+        if rc:
+            raise _ffi.acl_failure(rc, name)
+
+    def query(self) -> bool:
+        """True if all work queued so far has finished, without waiting; False otherwise."""
+        bound = _ffi.api()
+        rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
+        if rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+            return False
+        if rc:
+            raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
+        return True
+
+    def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
+        """Make work queued after this call wait until ``event`` completes."""
+        from ._event import Event
+
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be an hcclpy.Event, got {type(event).__name__}")
+        _ffi.check_acl(_ffi.api().aclrtStreamWaitEvent(self._cdata(), event._cdata()), "aclrtStreamWaitEvent")
+
+    def record(self, event: "Optional[Event]" = None) -> "Event":  # noqa: F821
+        """Record ``event`` (a new timing event if None) at the current end of this stream."""
+        from ._event import Event
+
+        if event is None:
+            event = Event._create(self._device, True)
+        elif not isinstance(event, Event):
+            raise TypeError(f"event must be an hcclpy.Event or None, got {type(event).__name__}")
+        event.record(self)
+        return event
+
+    def close(self) -> None:
+        """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
+        close_now(self._finalizer)
+
+    def __enter__(self) -> "Stream":
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"0x{self._handle:x}"
+        return f"<hcclpy.Stream {state} on {self._device!r}{'' if self._owned else ' (borrowed)'}>"

@@ -1,0 +1,141 @@
+"""Data types and reduction operators, with the values of ``hccl_types.h``.
+
+One table maps NumPy, ml_dtypes and torch dtypes to :class:`DataType`; every part of hcclpy resolves
+dtypes through :func:`as_datatype`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+__all__ = ["DataType", "ReduceOp", "as_datatype", "as_reduce_op", "numpy_dtype"]
+
+
+class DataType(enum.IntEnum):
+    """``HcclDataType``: element types HCCL moves and reduces."""
+
+    INT8 = 0
+    INT16 = 1
+    INT32 = 2
+    FP16 = 3
+    FP32 = 4
+    INT64 = 5
+    UINT64 = 6
+    UINT8 = 7
+    UINT16 = 8
+    UINT32 = 9
+    FP64 = 10
+    BFP16 = 11
+    BF16 = 11  # alias: the name torch and ml_dtypes use
+
+    @property
+    def itemsize(self) -> int:
+        """Size of one element in bytes."""
+        return _ITEMSIZE[self]
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The matching NumPy dtype (bfloat16 needs the optional ``ml_dtypes`` package)."""
+        return numpy_dtype(self)
+
+
+class ReduceOp(enum.IntEnum):
+    """``HcclReduceOp``: how reductions combine elements."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+
+
+_ITEMSIZE = {
+    DataType.INT8: 1, DataType.UINT8: 1, DataType.INT16: 2, DataType.UINT16: 2, DataType.FP16: 2,
+    DataType.BFP16: 2, DataType.INT32: 4, DataType.UINT32: 4, DataType.FP32: 4, DataType.INT64: 8,
+    DataType.UINT64: 8, DataType.FP64: 8,
+}
+
+# Names as NumPy, ml_dtypes and torch spell them (torch's str(dtype) minus the "torch." prefix).
+_BY_NAME: Dict[str, DataType] = {
+    "int8": DataType.INT8, "int16": DataType.INT16, "int32": DataType.INT32, "int64": DataType.INT64,
+    "uint8": DataType.UINT8, "uint16": DataType.UINT16, "uint32": DataType.UINT32, "uint64": DataType.UINT64,
+    "float16": DataType.FP16, "half": DataType.FP16, "fp16": DataType.FP16,
+    "float32": DataType.FP32, "float": DataType.FP32, "fp32": DataType.FP32,
+    "float64": DataType.FP64, "double": DataType.FP64, "fp64": DataType.FP64,
+    "bfloat16": DataType.BFP16, "bf16": DataType.BFP16, "bfp16": DataType.BFP16,
+    "short": DataType.INT16, "int": DataType.INT32, "long": DataType.INT64,
+}
+
+
+def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
+    """Resolve ``value`` (a DataType, int, name, NumPy/ml_dtypes dtype or torch dtype) to a DataType.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` names no type HCCL supports; the message lists the supported ones.
+    """
+    if isinstance(value, DataType):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return DataType(int(value))
+        except ValueError:
+            pass
+    else:
+        name = _name_of(value)
+        if name is not None and name in _BY_NAME:
+            return _BY_NAME[name]
+    supported = ", ".join(sorted({d.name.lower() for d in DataType}))
+    raise TypeError(f"{argument}={value!r} is not a data type HCCL supports (supported: {supported})")
+
+
+def _name_of(value: Any) -> Optional[str]:
+    text = value.lower() if isinstance(value, str) else str(value)
+    if text.startswith("torch."):  # a torch.dtype (or its name), without importing torch
+        return text[len("torch."):]
+    if isinstance(value, str):
+        return text
+    try:
+        return np.dtype(value).name
+    except TypeError:
+        return None
+
+
+def as_reduce_op(value: Any, *, argument: str = "op") -> ReduceOp:
+    """Resolve ``value`` (ReduceOp, int or name such as ``"sum"``) to a ReduceOp.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not one of sum, prod, max, min.
+    """
+    if isinstance(value, ReduceOp):
+        return value
+    try:
+        if isinstance(value, str):
+            return ReduceOp[value.upper()]
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return ReduceOp(int(value))
+    except (KeyError, ValueError):
+        pass
+    raise ValueError(f"{argument}={value!r} is not a reduce operation (sum, prod, max, min)")
+
+
+def numpy_dtype(dtype: DataType) -> np.dtype:
+    """The NumPy dtype of ``dtype``; bfloat16 needs ``ml_dtypes``.
+
+    Raises
+    ------
+    TypeError
+        For bfloat16 when ``ml_dtypes`` is not installed.
+    """
+    if dtype == DataType.BFP16:
+        try:
+            import ml_dtypes
+        except ImportError as exc:
+            raise TypeError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype.name.lower().replace("fp", "float"))
