@@ -87,7 +87,10 @@ def _load() -> Api:
     with _lock:
         if _api is not None:
             return _api
-        opened = open_libraries(lambda path: ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_GLOBAL))
+        # RTLD_NODELETE: the libraries run threads of their own (stream workers) that may still be
+        # in their code while the interpreter shuts down and releases the lib objects.
+        flags = ffi.RTLD_NOW | ffi.RTLD_GLOBAL | getattr(ffi, "RTLD_NODELETE", 0)
+        opened = open_libraries(lambda path: ffi.dlopen(path, flags))
         bound = _bind(opened)
         rc = bound.aclInit(ffi.NULL)
         if rc == AclErrorCode.ACL_SUCCESS:

@@ -30,6 +30,7 @@ class Buffer(NamedTuple):
     address: int             # the same pointer as an int
     count: int               # elements
     dtype: DataType
+    dtype_c: int             # the same as a plain int (cffi converts IntEnums slowly)
     device: Optional[int]    # logical device id when known
     keep: Any                # object that owns the memory (kept alive by the caller)
 
@@ -55,7 +56,7 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
         raise ValueError(f"{argument}[1] (count) must be a non-negative int, got {count!r}")
     dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
-    return Buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf)
+    return Buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, int(dt), None, buf)
 
 
 def _from_tensor(buf: Any, argument: str) -> Buffer:
@@ -67,7 +68,8 @@ def _from_tensor(buf: Any, argument: str) -> Buffer:
     dtype_name = str(buf.dtype)
     dt = DataType.UINT8 if dtype_name == "torch.bool" else as_datatype(buf.dtype, argument=f"{argument}.dtype")
     address = int(buf.data_ptr())
-    return Buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, getattr(device, "index", None), buf)
+    return Buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, int(dt), getattr(device, "index", None),
+                  buf)
 
 
 def _from_dlpack(buf: Any, argument: str) -> Buffer:
@@ -85,7 +87,7 @@ def _from_dlpack(buf: Any, argument: str) -> Buffer:
             step *= dim
         if tuple(reversed(expected)) != info.strides and math.prod(info.shape) > 1:
             raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
-    return Buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf)
+    return Buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, int(dt), info.device_id, buf)
 
 
 def resolve(buf: Any, argument: str) -> Buffer:
@@ -99,9 +101,10 @@ def resolve(buf: Any, argument: str) -> Buffer:
         For a closed array, a non-contiguous tensor or a bad tuple.
     """
     if type(buf) is DeviceArray:
-        if buf.closed:
+        alloc = buf._alloc
+        if alloc.live_device < 0:
             raise ValueError(f"{argument} is a closed DeviceArray (its memory was freed)")
-        return Buffer(buf._cptr, buf._alloc.ptr + buf._offset, buf._size, buf._dtype, buf._alloc.device._id, buf)
+        return Buffer(buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, buf._dtype_c, alloc.device_id, buf)
     if isinstance(buf, tuple):
         return _from_tuple(buf, argument)
     if isinstance(buf, np.ndarray):

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _ffi
 from .._comm_core import CommCore
-from ..runtime import Stream
+from ..runtime import DeviceArray, Stream
 from ..types import ReduceOp, as_reduce_op
 from ._buffers import Buffer, resolve
 
@@ -43,10 +43,12 @@ def _stream(comm: CommCore, stream: Optional[Stream]) -> Any:
         stream = comm._device.default_stream
     elif type(stream) is not Stream:
         raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
-    if stream._device._id != comm._device_id:
-        raise ValueError(f"stream is on device {stream._device._id} but communicator '{comm._name}' runs on "
+    if stream._device_id != comm._device_id:
+        raise ValueError(f"stream is on device {stream._device_id} but communicator '{comm._name}' runs on "
                          f"device {comm._device_id}")
-    return stream._cdata()
+    if stream._live_device < 0:
+        raise ValueError("stream is closed")
+    return stream._ptr_cdata
 
 
 def _on_device(comm: CommCore, buf: Buffer, argument: str) -> None:
@@ -91,8 +93,8 @@ def _peer(comm: CommCore, value: Any, argument: str = "peer") -> int:
     return peer
 
 
-def _op(op: Any) -> ReduceOp:
-    return op if type(op) is ReduceOp else as_reduce_op(op)
+def _op(op: Any) -> int:
+    return (op if type(op) is ReduceOp else as_reduce_op(op))._value_
 
 
 def _count_vector(values: Any, comm: CommCore, argument: str) -> np.ndarray:
@@ -160,6 +162,18 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     --------
     >>> comm.all_reduce(x, y, "sum", stream=s); s.synchronize()
     """
+    # Fast path for the common call (two live device arrays of one allocation-free layout, an
+    # explicit stream): the same checks as below, as plain attribute tests, then the C call.
+    if type(send) is DeviceArray and type(recv) is DeviceArray and type(stream) is Stream and type(op) is ReduceOp:
+        handle, sa, ra, device = comm._handle, send._alloc, recv._alloc, comm._device_id
+        if (handle is not None and stream._live_device == device and sa.live_device == device
+                and ra.live_device == device and send._dtype is recv._dtype and send._size == recv._size
+                and (sa is not ra or send._offset == recv._offset)):
+            rc = comm._api.HcclAllReduce(send._cptr, recv._cptr, send._size, send._dtype_c, op._value_, handle,
+                                         stream._ptr_cdata)
+            if rc:
+                raise _ffi.hccl_failure(rc, "HcclAllReduce")
+            return recv
     handle = _comm_handle(comm)
     stream_ptr = _stream(comm, stream)
     sb = resolve(send, "send")
@@ -175,7 +189,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     if sb.address % sb.dtype.itemsize or rb.address % rb.dtype.itemsize:
         _aligned(sb, "send")
         _aligned(rb, "recv")
-    _call(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype, _op(op), handle, stream_ptr), "HcclAllReduce")
+    _call(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, stream_ptr), "HcclAllReduce")
     return send if recv is None else recv
 
 
@@ -204,7 +218,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         if sb.address != rb.address and _overlap(sb, rb):
             raise ValueError("send and recv overlap without being the same buffer")
     recv_ptr = rb.ptr if is_root else _ffi.NULL
-    _call(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype, _op(op), root, handle, stream_ptr),
+    _call(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, stream_ptr),
           "HcclReduce")
     return (send if recv is None else recv) if is_root else None
 
@@ -227,7 +241,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any = _SUM, *,
     in_place = rb.address == sb.address + comm._rank * rb.count * rb.dtype.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
-    _call(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype, _op(op), handle, stream_ptr),
+    _call(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, stream_ptr),
           "HcclReduceScatter")
     return recv
 
@@ -254,7 +268,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
     _aligned(rb, "recv")
     _disjoint(sb, rb, "reduce_scatter_v")
     _call(comm._api.HcclReduceScatterV(sb.ptr, _ffi.from_buffer("uint64_t[]", counts),
-                                       _ffi.from_buffer("uint64_t[]", displs), rb.ptr, mine, sb.dtype, _op(op),
+                                       _ffi.from_buffer("uint64_t[]", displs), rb.ptr, mine, sb.dtype_c, _op(op),
                                        handle, stream_ptr), "HcclReduceScatterV")
     return recv
 
@@ -268,7 +282,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     root = _rank(comm, root, "root")
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype, root, handle, stream_ptr), "HcclBroadcast")
+    _call(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, stream_ptr), "HcclBroadcast")
     return buf
 
 
@@ -289,7 +303,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     in_place = sb.address == rb.address + comm._rank * sb.count * sb.dtype.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("send overlaps recv; in place, send must be exactly this rank's block of recv")
-    _call(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype, handle, stream_ptr), "HcclAllGather")
+    _call(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, stream_ptr), "HcclAllGather")
     return recv
 
 
@@ -311,7 +325,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Sequence[int
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_gather_v")
     _call(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _ffi.from_buffer("uint64_t[]", counts),
-                                   _ffi.from_buffer("uint64_t[]", displs), sb.dtype, handle, stream_ptr),
+                                   _ffi.from_buffer("uint64_t[]", displs), sb.dtype_c, handle, stream_ptr),
           "HcclAllGatherV")
     return recv
 
@@ -338,7 +352,7 @@ def scatter(comm: CommCore, send: Any, recv: Any, root: int = 0, *, stream: Opti
         if not in_place and _overlap(sb, rb):
             raise ValueError("recv overlaps send; in place, recv must be exactly the root's block of send")
         send_ptr = sb.ptr
-    _call(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype, root, handle, stream_ptr), "HcclScatter")
+    _call(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, stream_ptr), "HcclScatter")
     return recv
 
 
@@ -356,7 +370,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all")
     per_rank = sb.count // comm._size
-    _call(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype, rb.ptr, per_rank, rb.dtype, handle, stream_ptr),
+    _call(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, stream_ptr),
           "HcclAlltoAll")
     return recv
 
@@ -381,8 +395,8 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_v")
     vectors = [_ffi.from_buffer("uint64_t[]", v) for v in (scounts, sdispls, rcounts, rdispls)]
-    _call(comm._api.HcclAlltoAllV(sb.ptr, vectors[0], vectors[1], sb.dtype, rb.ptr, vectors[2], vectors[3],
-                                  rb.dtype, handle, stream_ptr), "HcclAlltoAllV")
+    _call(comm._api.HcclAlltoAllV(sb.ptr, vectors[0], vectors[1], sb.dtype_c, rb.ptr, vectors[2], vectors[3],
+                                  rb.dtype_c, handle, stream_ptr), "HcclAlltoAllV")
     return recv
 
 
@@ -410,8 +424,8 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_vc")
-    _call(comm._api.HcclAlltoAllVC(sb.ptr, _ffi.from_buffer("uint64_t[]", matrix.ravel()), sb.dtype, rb.ptr,
-                                   rb.dtype, handle, stream_ptr), "HcclAlltoAllVC")
+    _call(comm._api.HcclAlltoAllVC(sb.ptr, _ffi.from_buffer("uint64_t[]", matrix.ravel()), sb.dtype_c, rb.ptr,
+                                   rb.dtype_c, handle, stream_ptr), "HcclAlltoAllVC")
     return recv
 
 
@@ -424,7 +438,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclSend(b.ptr, b.count, b.dtype, peer, handle, stream_ptr), "HcclSend")
+    _call(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, stream_ptr), "HcclSend")
 
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
@@ -434,7 +448,7 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclRecv(b.ptr, b.count, b.dtype, peer, handle, stream_ptr), "HcclRecv")
+    _call(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, stream_ptr), "HcclRecv")
     return buf
 
 
@@ -463,7 +477,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         c.sendRecvType = _KINDS[kind]
         c.buf = b.ptr
         c.count = b.count
-        c.dataType = b.dtype
+        c.dataType = b.dtype_c
         c.remoteRank = _peer(comm, peer, f"items[{index}] peer")
         keep.append(b)
     _call(comm._api.HcclBatchSendRecv(c_items, len(items), handle, stream_ptr), "HcclBatchSendRecv")

@@ -42,11 +42,13 @@ def _device_of(device: Any) -> Device:
 class _Allocation:
     """One aclrtMalloc block; freed by DeviceArray.close() on the base array or by the collector."""
 
-    __slots__ = ("__weakref__", "ptr", "nbytes", "device", "finalizer")
+    __slots__ = ("__weakref__", "ptr", "nbytes", "device", "device_id", "live_device", "finalizer")
 
     def __init__(self, nbytes: int, device: Device) -> None:
         self.nbytes = nbytes
         self.device = device
+        self.device_id = device.id
+        self.live_device = device.id  # -1 once freed: one attribute for "live and where" on fast paths
         self.ptr = 0
         release = None
         if nbytes > 0:
@@ -80,7 +82,7 @@ class DeviceArray:
     array([2., 3.], dtype=float32)
     """
 
-    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_size", "_cptr")
+    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_dtype_c", "_size", "_cptr")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create device arrays with hcclpy.empty(), hcclpy.zeros() or hcclpy.from_numpy()")
@@ -92,6 +94,7 @@ class DeviceArray:
         self._offset = offset
         self._shape = shape
         self._dtype = dtype
+        self._dtype_c = int(dtype)  # cffi converts a plain int much faster than an IntEnum
         self._size = math.prod(shape)
         # The pointer is cast once here, so passing it to a collective costs nothing per call.
         self._cptr = _ffi.cast("void *", alloc.ptr + offset) if alloc.ptr else _ffi.NULL
@@ -143,7 +146,7 @@ class DeviceArray:
     @property
     def closed(self) -> bool:
         """True once the memory has been freed; False otherwise."""
-        return self._alloc.nbytes > 0 and not self._alloc.finalizer.alive
+        return self._alloc.live_device < 0
 
     def __len__(self) -> int:
         if not self._shape:
@@ -281,6 +284,7 @@ class DeviceArray:
 
     def close(self) -> None:
         """Free the memory now (every view of it becomes unusable). Idempotent."""
+        self._alloc.live_device = -1
         close_now(self._alloc.finalizer)
 
     def __enter__(self) -> "DeviceArray":

@@ -28,7 +28,8 @@ class Stream:
     ``with`` block, or, as a safety net, when garbage collected.
     """
 
-    __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_owned", "_owner", "_finalizer")
+    __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
+                 "_live_device")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -40,8 +41,12 @@ class Stream:
         self._handle = handle
         self._ptr_cdata = _ffi.cast("aclrtStream", handle)
         self._device = device
+        self._device_id = device.id
         self._owned = owned
         self._owner = owner
+        # The device id while open, -1 once closed: one attribute answers both questions on the
+        # operations' fast path.
+        self._live_device = device.id
         release = None
         if owned:
             bound, cdata = _ffi.api(), self._ptr_cdata
@@ -95,7 +100,7 @@ class Stream:
     @property
     def closed(self) -> bool:
         """True once the stream has been closed; False otherwise."""
-        return not self._finalizer.alive
+        return self._live_device < 0
 
     @property
     def owned(self) -> bool:
@@ -103,11 +108,11 @@ class Stream:
         return self._owned
 
     def _check_open(self) -> None:
-        if not self._finalizer.alive:
+        if self._live_device < 0:
             raise ValueError("operation on a closed Stream")
 
     def _cdata(self) -> Any:
-        if not self._finalizer.alive:
+        if self._live_device < 0:
             raise ValueError("operation on a closed Stream")
         return self._ptr_cdata
 
@@ -168,6 +173,7 @@ class Stream:
 
     def close(self) -> None:
         """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
+        self._live_device = -1
         close_now(self._finalizer)
 
     def __enter__(self) -> "Stream":
