@@ -139,10 +139,22 @@ static void share(uint64_t count, uint32_t nranks, uint32_t rank, size_t elem, u
     *hi = SIM_MIN(count, *lo + per);
 }
 
-static void copy_if_distinct(void *dst, const void *src, uint64_t bytes)
+/* Operations moving more than this store around the caches (see hccl_copy). */
+#define STREAMING_BYTES (16ULL << 20)
+
+/* Bytes the operation lands in its output(s) on one rank, roughly. */
+static uint64_t volume(const op_task_t *op, size_t elem)
 {
-    if (dst != src && bytes > 0)
-        memmove(dst, src, bytes);
+    uint64_t n = op->comm->nranks;
+    switch (op->type) {
+    case HCCL_CMD_ALLGATHER:
+    case HCCL_CMD_ALLTOALL: return op->count * elem * n;
+    case HCCL_CMD_REDUCE_SCATTER_V: return op->recv_count * elem;
+    case HCCL_CMD_ALLTOALLV:
+    case HCCL_CMD_ALLTOALLVC:
+    case HCCL_CMD_ALLGATHER_V: return STREAMING_BYTES - 1; /* uneven: keep results in cache */
+    default: return op->count * elem;
+    }
 }
 
 static int work_all_reduce(op_task_t *op, size_t elem)
@@ -157,7 +169,7 @@ static int work_all_reduce(op_task_t *op, size_t elem)
         comm->scratch_in[r] = buffer_of(comm, r, d->send_offset) + lo * elem;
         comm->scratch_out[r] = buffer_of(comm, r, d->recv_offset) + lo * elem;
     }
-    hccl_reduce(comm->scratch_out, (int)comm->nranks, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op);
+    hccl_reduce(comm->scratch_out, (int)comm->nranks, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op, op->streaming);
     return STEP_DONE;
 }
 
@@ -171,7 +183,7 @@ static int work_reduce(op_task_t *op, size_t elem)
     for (uint32_t r = 0; r < comm->nranks; r++)
         comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem;
     comm->scratch_out[0] = buffer_of(comm, op->root, desc_of(comm, op->root)->recv_offset) + lo * elem;
-    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op);
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op, op->streaming);
     return STEP_DONE;
 }
 
@@ -183,7 +195,8 @@ static int work_broadcast(op_task_t *op, size_t elem)
     const char *src = buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + lo * elem;
     for (uint32_t r = 0; r < comm->nranks && hi > lo; r++)
         if (r != op->root)
-            memcpy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem);
+            hccl_copy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem,
+                      op->streaming);
     return STEP_DONE;
 }
 
@@ -192,7 +205,8 @@ static int work_all_gather(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        copy_if_distinct(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes);
+        hccl_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
+                  op->streaming);
     return STEP_DONE;
 }
 
@@ -203,7 +217,7 @@ static int work_reduce_scatter(op_task_t *op, size_t elem)
     for (uint32_t r = 0; r < comm->nranks; r++)
         comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + comm->rank * bytes;
     comm->scratch_out[0] = op->recv;
-    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, op->count, op->dtype, op->op);
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, op->count, op->dtype, op->op, op->streaming);
     return STEP_DONE;
 }
 
@@ -212,8 +226,8 @@ static int work_all_to_all(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        memcpy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
-               bytes);
+        hccl_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
+                  bytes, op->streaming);
     return STEP_DONE;
 }
 
@@ -221,8 +235,8 @@ static int work_scatter(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
-    copy_if_distinct(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
-                     bytes);
+    hccl_copy(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
+              bytes, op->streaming);
     return STEP_DONE;
 }
 
@@ -240,8 +254,8 @@ static int work_all_to_all_v(op_task_t *op, size_t elem)
             return hccl_error(HCCL_E_PARA, "all_to_all_v #%llu on '%s': rank %u sends %llu elements to rank %u, "
                               "which expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
                               (unsigned long long)count, me, r, (unsigned long long)recv_counts[r]);
-        copy_if_distinct((char *)op->recv + rdispls[r] * elem,
-                         buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem, count * elem);
+        hccl_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem,
+                  count * elem, false);
     }
     return STEP_DONE;
 }
@@ -257,8 +271,8 @@ static int work_all_to_all_vc(op_task_t *op, size_t elem)
         for (uint32_t k = 0; k < me; k++)
             send_at += m[(uint64_t)r * n + k];
         uint64_t count = m[(uint64_t)r * n + me];
-        copy_if_distinct((char *)op->recv + recv_at * elem,
-                         buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem, count * elem);
+        hccl_copy((char *)op->recv + recv_at * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem,
+                  count * elem, false);
         recv_at += count;
     }
     return STEP_DONE;
@@ -276,7 +290,7 @@ static int work_all_gather_v(op_task_t *op, size_t elem)
             return hccl_error(HCCL_E_PARA, "all_gather_v #%llu on '%s': rank %u sends %llu elements, but rank %u "
                               "expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
                               (unsigned long long)d->count, comm->rank, r, (unsigned long long)recv_counts[r]);
-        copy_if_distinct((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem);
+        hccl_copy((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem, false);
     }
     return STEP_DONE;
 }
@@ -296,13 +310,14 @@ static int work_reduce_scatter_v(op_task_t *op, size_t elem)
         comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + theirs[n + me] * elem;
     }
     comm->scratch_out[0] = op->recv;
-    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)n, op->recv_count, op->dtype, op->op);
+    hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)n, op->recv_count, op->dtype, op->op, op->streaming);
     return STEP_DONE;
 }
 
 static int do_work(op_task_t *op)
 {
     size_t elem = hccl_dtype_size(op->dtype);
+    op->streaming = volume(op, elem) >= STREAMING_BYTES;
     switch (op->type) {
     case HCCL_CMD_ALLREDUCE: return work_all_reduce(op, elem);
     case HCCL_CMD_REDUCE: return work_reduce(op, elem);
@@ -367,6 +382,8 @@ static int step_collective(op_task_t *op)
             rc = do_work(op);
         if (rc != STEP_DONE)
             return rc;
+        if (op->streaming)
+            hccl_stream_fence(); /* the cache-bypassing stores land before the progress word */
         hccl_publish(comm, PROGRESS(op->cseq, 2));
         op->phase = 2;
     }

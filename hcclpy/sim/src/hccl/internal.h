@@ -182,9 +182,14 @@ const char *hccl_op_name(uint32_t op);
 const char *hccl_cmd_name(uint32_t type);
 
 /* outs[k][i] = ins[0][i] op ins[1][i] op ... (in rank order) for every k.
- * Inputs may alias outputs: each block is read completely before it is written. */
+ * Inputs may alias outputs: each block is read completely before it is written.
+ * `streaming` stores around the cache (for data larger than the caches); the
+ * caller must then call hccl_stream_fence() before publishing the result. */
 void hccl_reduce(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count, HcclDataType dtype,
-                 HcclReduceOp op);
+                 HcclReduceOp op, bool streaming);
+/* memmove, or a cache-bypassing copy when `streaming` (then fence as above). */
+void hccl_copy(void *dst, const void *src, uint64_t bytes, bool streaming);
+void hccl_stream_fence(void);
 
 /* ------------------------------------------------------------ operations */
 
@@ -210,6 +215,7 @@ struct op_task {
 
     /* execution state */
     bool started;
+    bool streaming;         /* large: store around the caches */
     int phase;
     int64_t deadline_ns;
     uint64_t *item_seq;

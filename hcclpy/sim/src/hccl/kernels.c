@@ -12,6 +12,10 @@
 
 #include "hccl/internal.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 /* The library is built at -O2, where GCC does not vectorise these loops. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -97,21 +101,22 @@ static inline uint32_t float_to_bits(float f)
 
 /* IEEE half -> float.  Normal numbers are rebased by shifting the exponent
  * and scaling; subnormals are rebuilt exactly with a magic-number
- * subtraction; infinities and NaNs come out of the scaling unchanged. */
+ * subtraction; infinities and NaNs come out of the scaling unchanged.  The
+ * choice is made with masks, not branches, so loops over it vectorise. */
 static inline float half_to_float(uint16_t h)
 {
     uint32_t w = (uint32_t)h << 16;
     uint32_t sign = w & 0x80000000u;
     uint32_t two_w = w + w;
-    float normal = bits_to_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-    float subnormal = bits_to_float((two_w >> 17) | (126u << 23)) - 0.5f;
-    uint32_t magnitude = two_w < (1u << 27) ? float_to_bits(subnormal) : float_to_bits(normal);
-    return bits_to_float(sign | magnitude);
+    uint32_t normal = float_to_bits(bits_to_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f);
+    uint32_t subnormal = float_to_bits(bits_to_float((two_w >> 17) | (126u << 23)) - 0.5f);
+    uint32_t is_subnormal = 0u - (uint32_t)(two_w < (1u << 27));
+    return bits_to_float(sign | (subnormal & is_subnormal) | (normal & ~is_subnormal));
 }
 
 /* float -> IEEE half, round to nearest even.  Scaling by 2^112 and 2^-110
  * lets the FPU do the rounding at the half's precision; overflow becomes
- * infinity and NaN stays NaN. */
+ * infinity and NaN stays NaN.  Branch-free, as above. */
 static inline uint16_t float_to_half(float f)
 {
     float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
@@ -119,14 +124,13 @@ static inline uint16_t float_to_half(float f)
     uint32_t shl1_w = w + w;
     uint32_t sign = w & 0x80000000u;
     uint32_t bias = shl1_w & 0xFF000000u;
-    if (bias < 0x71000000u)
-        bias = 0x71000000u;
+    uint32_t small = 0u - (uint32_t)(bias < 0x71000000u);
+    bias = (bias & ~small) | (0x71000000u & small);
     base = bits_to_float((bias >> 1) + 0x07800000u) + base;
     uint32_t bits = float_to_bits(base);
-    uint32_t exponent = (bits >> 13) & 0x00007C00u;
-    uint32_t mantissa = bits & 0x00000FFFu;
-    uint32_t nonsign = exponent + mantissa;
-    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+    uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    uint32_t is_nan = 0u - (uint32_t)(shl1_w > 0xFF000000u);
+    return (uint16_t)((sign >> 16) | (0x7E00u & is_nan) | (nonsign & ~is_nan));
 }
 
 static inline float bf16_to_float(uint16_t h)
@@ -159,12 +163,63 @@ static inline uint16_t float_to_bf16(float f)
 
 enum { BLOCK = 1024 };
 
+/* Copies a block to memory that will not be read again soon, bypassing the
+ * cache (no read-for-ownership of the destination): large reductions are
+ * bound by memory traffic, and this removes a third of it.  The caller
+ * orders these stores with hccl_stream_fence() before it publishes them. */
+static void copy_streaming(void *dst, const void *src, size_t bytes)
+{
+#if defined(__x86_64__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, bytes);
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+void hccl_stream_fence(void)
+{
+#if defined(__x86_64__)
+    _mm_sfence();
+#else
+    atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
+void hccl_copy(void *dst, const void *src, uint64_t bytes, bool streaming)
+{
+    if (bytes == 0 || dst == src)
+        return;
+    if (!streaming) {
+        memmove(dst, src, bytes);
+        return;
+    }
+    for (uint64_t done = 0; done < bytes; done += 1u << 16)
+        copy_streaming((char *)dst + done, (const char *)src + done, (size_t)SIM_MIN(bytes - done, 1u << 16));
+}
+
 /* One kernel per (element type, operator): T is the element, A the
  * accumulator, U the type arithmetic is done in. */
 #define DEFINE_KERNEL(name, T, A, U, LOAD, STORE, OP)                                                        \
-    static void name(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count)          \
+    static void name(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count,          \
+                     bool streaming)                                                                          \
     {                                                                                                         \
         A acc[BLOCK];                                                                                         \
+        T result[BLOCK];                                                                                      \
         for (uint64_t start = 0; start < count; start += BLOCK) {                                            \
             size_t m = (size_t)(count - start < BLOCK ? count - start : BLOCK);                               \
             const T *a = (const T *)ins[0] + start;                                                           \
@@ -181,10 +236,14 @@ enum { BLOCK = 1024 };
                 for (size_t i = 0; i < m; i++)                                                                \
                     acc[i] = (A)OP(U, acc[i], LOAD(c[i]));                                                    \
             }                                                                                                 \
+            /* Convert once, then store the block to every output. */                                     \
+            for (size_t i = 0; i < m; i++)                                                                    \
+                result[i] = STORE(T, acc[i]);                                                                 \
             for (int k = 0; k < nout; k++) {                                                                  \
-                T *out = (T *)outs[k] + start;                                                                \
-                for (size_t i = 0; i < m; i++)                                                                \
-                    out[i] = STORE(T, acc[i]);                                                                \
+                if (streaming)                                                                                \
+                    copy_streaming((T *)outs[k] + start, result, m * sizeof(T));                              \
+                else                                                                                          \
+                    memcpy((T *)outs[k] + start, result, m * sizeof(T));                                      \
             }                                                                                                 \
         }                                                                                                     \
     }
@@ -214,7 +273,7 @@ DEFINE_FLOAT_KERNELS(f64, double, double, LOAD_SAME, STORE_SAME)
 DEFINE_FLOAT_KERNELS(f16, uint16_t, float, half_to_float, STORE_HALF)
 DEFINE_FLOAT_KERNELS(bf16, uint16_t, float, bf16_to_float, STORE_BF16)
 
-typedef void (*kernel_t)(void *const *, int, const void *const *, int, uint64_t);
+typedef void (*kernel_t)(void *const *, int, const void *const *, int, uint64_t, bool);
 
 #define KERNEL_ROW(tag) {reduce_sum_##tag, reduce_prod_##tag, reduce_max_##tag, reduce_min_##tag}
 
@@ -226,9 +285,9 @@ static const kernel_t g_kernels[12][4] = {
 };
 
 void hccl_reduce(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count, HcclDataType dtype,
-                 HcclReduceOp op)
+                 HcclReduceOp op, bool streaming)
 {
     if (count == 0 || nout == 0)
         return;
-    g_kernels[dtype][op](outs, nout, ins, nin, count);
+    g_kernels[dtype][op](outs, nout, ins, nin, count, streaming);
 }
