@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from . import errors
+from .bootstrap import init, shutdown
 from .collectives import group
 from .communicator import Communicator
 from .config import CommConfig
@@ -36,8 +37,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",
     "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo", "Stream",
-    "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has",
-    "library_info", "pinned_empty", "zeros",
+    "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
+    "library_info", "pinned_empty", "shutdown", "zeros",
 ]
 
 

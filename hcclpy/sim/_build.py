@@ -34,7 +34,8 @@ CFLAGS: tuple[str, ...] = (
     "-Wall", "-Wextra", "-Wno-unused-parameter",
 )
 # Split around the object files: the linker resolves libraries left to right.
-LDFLAGS: tuple[str, ...] = ("-shared", "-pthread")
+# --no-undefined: a symbol missing from the simulator fails its build, not the first program linked to it.
+LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,--no-undefined")
 LDLIBS: tuple[str, ...] = ("-lrt", "-lm")
 
 # Bump when the steps below or the tree layout change: the hash only sees sources and flags, and

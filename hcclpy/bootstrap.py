@@ -1,0 +1,215 @@
+"""``hcclpy.init()``: the world communicator from the launcher's environment.
+
+Rank, world size and local rank come from the arguments, else from the first launcher whose
+variables are set: torchrun / ``hcclpy run`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), Slurm
+(``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``), Open MPI (``OMPI_COMM_WORLD_*``) and
+MPICH/PMI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``). Without any, the process is rank 0 of 1.
+
+The root info travels, in order of preference: through a rank table (``rank_table=`` or
+``RANK_TABLE_FILE``, no exchange at all), through ``mpi_comm`` (mpi4py), through a shared file
+(``store_path=``), or through the TCP rendezvous rank 0 hosts on ``MASTER_ADDR:MASTER_PORT``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+import time
+import zlib
+from typing import Any, Mapping, Optional, Union
+
+from .communicator import Communicator
+from .config import CommConfig
+from .errors import CommTimeoutError
+from .rendezvous import RendezvousServer, fetch_root_info, job_token
+from .rootinfo import ROOT_INFO_BYTES, RootInfo
+from .runtime import Device, device_count
+
+__all__ = ["LaunchInfo", "detect_launch", "init", "shutdown", "world"]
+
+DEFAULT_PORT = 29500
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchInfo:
+    """Where this process sits in the job, as read from the launcher's environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+
+
+def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _port(env: Mapping[str, str], job_id: str) -> int:
+    explicit = _int_env(env, "MASTER_PORT")
+    if explicit is not None:
+        return explicit
+    # Launchers without a rendezvous port: every rank derives the same one from the job id.
+    return DEFAULT_PORT + 1 + zlib.crc32(job_id.encode()) % 20000 if job_id else DEFAULT_PORT
+
+
+def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
+    """Read rank, sizes and rendezvous address from the environment (see the module docstring)."""
+    env = os.environ if env is None else env
+    candidates = (
+        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", ""),
+        ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID"),
+        ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+         "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE"),
+        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME"),
+    )
+    for launcher, rank_var, size_var, local_var, local_size_var, job_var in candidates:
+        rank, size = _int_env(env, rank_var), _int_env(env, size_var)
+        if rank is None or size is None:
+            continue
+        local = _int_env(env, local_var)
+        local_size = _int_env(env, local_size_var) if local_size_var else None
+        job_id = env.get(job_var, "") if job_var else ""
+        if launcher == "slurm":
+            master = env.get("MASTER_ADDR") or env.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1"
+        else:
+            master = env.get("MASTER_ADDR") or "127.0.0.1"
+        return LaunchInfo(rank, size, rank if local is None else local, size if local_size is None else local_size,
+                          master, _port(env, job_id), launcher)
+    return LaunchInfo(0, 1, 0, 1, env.get("MASTER_ADDR") or "127.0.0.1", _port(env, ""), "none")
+
+
+_lock = threading.Lock()
+_world: Optional[Communicator] = None
+
+
+def world() -> Optional[Communicator]:
+    """The communicator :func:`init` created, or None."""
+    return _world
+
+
+def _exchange_by_file(path: str, rank: int, device: Device, timeout: float) -> RootInfo:
+    if rank == 0:
+        info = RootInfo.generate(device)
+        directory = os.path.dirname(os.path.abspath(path)) or "."
+        with tempfile.NamedTemporaryFile(dir=directory, delete=False) as handle:
+            handle.write(info.to_bytes())
+        os.replace(handle.name, path)  # readers never see a partial file
+        return info
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if len(data) == ROOT_INFO_BYTES:
+                return RootInfo(data)
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            raise CommTimeoutError(f"rank 0 did not write the root info to {path} within {timeout:g} s")
+        time.sleep(0.01)
+
+
+def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: Any = None,
+         config: Union[CommConfig, Mapping[str, Any], None] = None, timeout: float = 300.0, *,
+         rank_table: Optional[str] = None, mpi_comm: Any = None, store_path: Optional[str] = None) -> Communicator:
+    """Create the world communicator for this process and return it.
+
+    Parameters
+    ----------
+    rank, world_size
+        Default: from the launcher's environment (torchrun, Slurm, Open MPI, MPICH), else 0 and 1.
+    device
+        Default: the local rank (a logical id, so ``ASCEND_RT_VISIBLE_DEVICES`` applies).
+    config
+        :class:`CommConfig` or dict for the communicator.
+    timeout
+        Seconds to wait for the rendezvous (rank 0 starting, other ranks joining).
+    rank_table
+        Path of a rank-table file; default ``RANK_TABLE_FILE`` when it names an existing file.
+    mpi_comm
+        An mpi4py communicator to broadcast the root info over.
+    store_path
+        A file all ranks can see, to pass the root info through instead of TCP.
+
+    Raises
+    ------
+    ValueError
+        For an inconsistent rank, world size or device.
+    CommTimeoutError
+        If the rendezvous did not complete in time.
+
+    Examples
+    --------
+    >>> comm = hcclpy.init()            # under torchrun, srun, mpirun or hcclpy run
+    >>> comm.all_reduce(x)
+    """
+    global _world
+    launch = detect_launch()
+    rank = launch.rank if rank is None else rank
+    world_size = launch.world_size if world_size is None else world_size
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank!r} must be an int in [0, {world_size})")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+    if device is None:
+        count = device_count()
+        if launch.local_rank >= count:
+            raise ValueError(f"local rank {launch.local_rank} has no device: {count} visible (set device=, or "
+                             "ASCEND_RT_VISIBLE_DEVICES / HCCLPY_SIM_DEVICES)")
+        device = launch.local_rank
+    dev = Device(device)
+    with _lock:
+        if _world is not None and not _world.destroyed:
+            raise RuntimeError("hcclpy.init() was already called in this process; call hcclpy.shutdown() first")
+        table = rank_table or os.environ.get("RANK_TABLE_FILE")
+        if table and (rank_table or os.path.isfile(table)):
+            comm = Communicator.from_rank_table(table, rank, config=config, device=dev)
+        elif world_size == 1:
+            comm = Communicator(1, RootInfo.generate(dev), 0, config=config, device=dev)
+        elif mpi_comm is not None:
+            payload = RootInfo.generate(dev).to_bytes() if rank == 0 else None
+            comm = Communicator(world_size, RootInfo(mpi_comm.bcast(payload, root=0)), rank, config=config, device=dev)
+        elif store_path is not None:
+            info = _exchange_by_file(store_path, rank, dev, timeout)
+            comm = Communicator(world_size, info, rank, config=config, device=dev)
+            if rank == 0:  # every rank has joined, so every rank has read it
+                os.unlink(store_path)
+        else:
+            comm = _init_tcp(launch, rank, world_size, dev, config, timeout)
+        _world = comm
+        return comm
+
+
+def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
+    token = job_token(launch.master_addr, launch.master_port, world_size)
+    if rank == 0:
+        info = RootInfo.generate(dev)
+        server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), timeout)
+        try:
+            return Communicator(world_size, info, 0, config=config, device=dev)
+        finally:
+            server.close()
+    payload = fetch_root_info(launch.master_addr, launch.master_port, rank, world_size, token, timeout)
+    return Communicator(world_size, RootInfo(payload), rank, config=config, device=dev)
+
+
+def shutdown() -> None:
+    """Destroy the communicator :func:`init` created (if any). Idempotent."""
+    global _world
+    with _lock:
+        comm, _world = _world, None
+    if comm is not None:
+        comm.destroy()

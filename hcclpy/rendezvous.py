@@ -1,0 +1,208 @@
+"""A small TCP rendezvous: rank 0 hands the root info to every other rank.
+
+Rank 0 serves; the others connect (retrying while rank 0 starts), present the job's token, their
+rank and the world size, and receive the 4108-byte root info. The protocol is a fixed binary
+framing with bounded sizes (no pickle, nothing executable crosses the network):
+
+    request:  magic "HCCLPYRV" | version u16 | kind u16 | length u32 | payload
+              HELLO payload: token (32 bytes) | rank u32 | world_size u32
+    reply:    the same header; kind OK with the root info, or ERROR with a UTF-8 message
+
+The server binds to the address it is given (``MASTER_ADDR``), never to every interface, and
+answers malformed or hostile input with an error while staying up. A job token
+(``HCCLPY_RENDEZVOUS_TOKEN``, set to a random value by ``hcclpy run``) keeps stray clients out;
+without one, a token derived from the job's address, port and size still separates jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Dict, List, Tuple
+
+from .errors import CommTimeoutError, HcclpyError
+
+__all__ = ["RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token"]
+
+MAGIC = b"HCCLPYRV"
+VERSION = 1
+HELLO, OK, ERROR = 1, 2, 3
+HEADER = struct.Struct("!8sHHI")
+HELLO_BODY = struct.Struct("!32sII")
+MAX_PAYLOAD = 64 * 1024
+IO_TIMEOUT = 10.0
+
+
+class RendezvousError(HcclpyError):
+    """The rendezvous refused this rank (wrong token, duplicate rank, wrong world size...)."""
+
+
+def job_token(master_addr: str, master_port: int, world_size: int) -> bytes:
+    """The 32-byte token clients must present: ``HCCLPY_RENDEZVOUS_TOKEN`` if set, else derived from
+    the job's address, port, size and launcher job id (which separates jobs, but is not a secret)."""
+    secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
+    if secret:
+        material = "secret:" + secret
+    else:
+        job = next((os.environ[v] for v in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "PMI_KVSNAME")
+                    if os.environ.get(v)), "")
+        material = f"derived:{master_addr}:{master_port}:{world_size}:{job}"
+    return hashlib.sha256(material.encode()).digest()
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks, got = [], 0
+    while got < size:
+        chunk = sock.recv(size - got)
+        if not chunk:
+            raise ConnectionError("connection closed mid-message")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(sock: socket.socket) -> Tuple[int, bytes]:
+    magic, version, kind, length = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    if magic != MAGIC or version != VERSION:
+        raise ValueError("not an hcclpy rendezvous message (bad magic or version)")
+    if length > MAX_PAYLOAD:
+        raise ValueError(f"message of {length} bytes exceeds the {MAX_PAYLOAD}-byte limit")
+    return kind, _recv_exact(sock, length)
+
+
+def _send_message(sock: socket.socket, kind: int, payload: bytes) -> None:
+    sock.sendall(HEADER.pack(MAGIC, VERSION, kind, len(payload)) + payload)
+
+
+class RendezvousServer:
+    """Serves ``payload`` (the root info) to ``world_size - 1`` ranks on ``(host, port)``.
+
+    Runs in a background thread from construction until every rank was served, :meth:`close` is
+    called, or ``timeout`` seconds pass.
+    """
+
+    def __init__(self, host: str, port: int, world_size: int, token: bytes, payload: bytes,
+                 timeout: float = 300.0) -> None:
+        self._world_size = world_size
+        self._token = token
+        self._payload = payload
+        self._deadline = time.monotonic() + timeout
+        self._served: Dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.errors: List[str] = []
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise RendezvousError(f"rank 0 cannot listen on {host}:{port} for the rendezvous: {exc} (is MASTER_ADDR "
+                                  "an address of this host, and the port free?)") from exc
+        self._sock.listen(128)
+        self._sock.settimeout(0.2)
+        self.address = self._sock.getsockname()[:2]
+        self._thread = threading.Thread(target=self._serve, name="hcclpy-rendezvous", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            while not self._done.is_set() and time.monotonic() < self._deadline:
+                with self._lock:
+                    if len(self._served) >= self._world_size - 1:
+                        break
+                try:
+                    conn, peer = self._sock.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                threading.Thread(target=self._handle, args=(conn, peer), daemon=True).start()
+        finally:
+            self._sock.close()
+            self._done.set()
+
+    def _handle(self, conn: socket.socket, peer: Tuple[str, int]) -> None:
+        conn.settimeout(IO_TIMEOUT)
+        try:
+            with conn:
+                try:
+                    kind, body = _read_message(conn)
+                    reply_kind, reply = self._answer(kind, body, peer)
+                except (ValueError, struct.error) as exc:
+                    reply_kind, reply = ERROR, f"malformed request: {exc}".encode()
+                _send_message(conn, reply_kind, reply)
+        except (OSError, ConnectionError) as exc:  # a client that vanished or stalled
+            self.errors.append(f"{peer}: {exc}")
+
+    def _answer(self, kind: int, body: bytes, peer: Tuple[str, int]) -> Tuple[int, bytes]:
+        if kind != HELLO or len(body) != HELLO_BODY.size:
+            return ERROR, b"expected a HELLO message"
+        token, rank, world_size = HELLO_BODY.unpack(body)
+        if not hmac.compare_digest(token, self._token):
+            return ERROR, b"wrong job token (HCCLPY_RENDEZVOUS_TOKEN differs from rank 0's, or this is another job)"
+        if world_size != self._world_size:
+            return ERROR, f"world size mismatch: rank 0 has {self._world_size}, this rank says {world_size}".encode()
+        if not 0 < rank < self._world_size:
+            return ERROR, f"rank {rank} is not in [1, {self._world_size})".encode()
+        with self._lock:
+            if rank in self._served:
+                return ERROR, f"rank {rank} already joined (from {self._served[rank]}): duplicate RANK?".encode()
+            self._served[rank] = peer[0]
+        return OK, self._payload
+
+    @property
+    def finished(self) -> bool:
+        """True once every rank was served (or the server stopped); False otherwise."""
+        return self._done.is_set()
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._done.set()
+        self._thread.join(timeout=2.0)
+
+
+def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: bytes, timeout: float) -> bytes:
+    """Ask rank 0's rendezvous for the root info, retrying until ``timeout`` seconds have passed.
+
+    Raises
+    ------
+    CommTimeoutError
+        If rank 0 could not be reached in time.
+    RendezvousError
+        If rank 0 refused this rank.
+    """
+    deadline = time.monotonic() + timeout
+    delay, last_error = 0.01, None
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(IO_TIMEOUT, max(0.1, deadline - time.monotonic()))) as sock:
+                sock.settimeout(IO_TIMEOUT)
+                _send_message(sock, HELLO, HELLO_BODY.pack(token, rank, world_size))
+                kind, body = _read_message(sock)
+        except (OSError, ConnectionError, ValueError) as exc:
+            last_error = exc
+        else:
+            if kind == OK:
+                return body
+            raise RendezvousError(f"rank 0's rendezvous at {host}:{port} refused rank {rank}: "
+                                  + body.decode("utf-8", "replace"))
+        if time.monotonic() + delay > deadline:
+            raise CommTimeoutError(f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
+                                   f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT and that rank 0 started")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
