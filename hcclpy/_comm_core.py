@@ -17,7 +17,8 @@ __all__ = ["CommCore"]
 class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
-    __slots__ = ("__weakref__", "_handle", "_api", "_rank", "_size", "_device", "_device_id", "_name", "_closed_by")
+    __slots__ = ("__weakref__", "_handle", "_api", "_rank", "_size", "_device", "_device_id", "_name", "_closed_by",
+                 "_host_state")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
@@ -28,6 +29,7 @@ class CommCore:
         self._device_id = device.id
         self._name = name
         self._closed_by = ""
+        self._host_state: Any = None  # staging for NumPy arrays, created on first use (hcclpy.host)
 
     @property
     def rank(self) -> int:

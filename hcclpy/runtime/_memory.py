@@ -183,6 +183,13 @@ class DeviceArray:
         index %= rows
         return DeviceArray._view(self._alloc, self._offset + index * row_bytes, self._shape[1:], self._dtype)
 
+    def view(self, dtype: Any) -> "DeviceArray":
+        """The same bytes as a 1-D array of another element type (the byte size must divide)."""
+        datatype = as_datatype(dtype)
+        if self.nbytes % datatype.itemsize:
+            raise ValueError(f"{self.nbytes} bytes are not a whole number of {datatype.name.lower()} elements")
+        return DeviceArray._view(self._alloc, self._offset, (self.nbytes // datatype.itemsize,), datatype)
+
     def reshape(self, *shape: Any) -> "DeviceArray":
         """A view with another shape (one dimension may be -1)."""
         dims = list(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)

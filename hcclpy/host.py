@@ -1,0 +1,345 @@
+"""The operations on NumPy arrays (host memory), staged through device memory.
+
+Each function copies its input to device scratch memory, runs the device operation on a stream
+of the communicator's own, copies the result back and returns it: they block, and they return a
+new array unless ``out=`` names one to write. The scratch buffers are cached per communicator and
+grow to the largest size used, so steady-state calls allocate nothing on the device.
+
+Element-wise operations (all_reduce, broadcast, reduce) move large arrays in chunks: each chunk is
+copied in, reduced and copied out while it is still in cache, which keeps the NumPy path close to
+the device-array one.
+
+Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
+C-contiguous is copied to a contiguous one first; ``out`` must be a writable, C-contiguous array
+of the result's dtype and size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import collectives
+from ._comm_core import CommCore
+from .runtime import DeviceArray, Stream, empty
+from .types import DataType, ReduceOp, as_datatype
+
+__all__ = [
+    "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
+    "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "scatter", "send",
+]
+
+# Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
+CHUNK_BYTES = int(os.environ.get("HCCLPY_HOST_CHUNK_BYTES", str(1 << 20)))
+
+
+class _Staging:
+    """A communicator's stream and scratch buffers for host arrays."""
+
+    def __init__(self, comm: CommCore) -> None:
+        self.stream: Stream = comm.device.create_stream()
+        self._buffers: Dict[str, DeviceArray] = {}
+        self._device = comm.device
+
+    def buffer(self, slot: str, count: int, dtype: DataType) -> DeviceArray:
+        """``count`` elements of scratch named ``slot`` (reused; grown to a power of two)."""
+        nbytes = max(count * dtype.itemsize, 1)
+        current = self._buffers.get(slot)
+        if current is None or current.nbytes < nbytes:
+            if current is not None:
+                current.close()
+            current = empty(1 << (nbytes - 1).bit_length(), "uint8", device=self._device)
+            self._buffers[slot] = current
+        return current[: count * dtype.itemsize].view(dtype) if count else current[:0].view("uint8")
+
+    def close(self) -> None:
+        for buf in self._buffers.values():
+            buf.close()
+        self._buffers.clear()
+        self.stream.close()
+
+
+def _staging(comm: CommCore) -> _Staging:
+    if not isinstance(comm, CommCore):
+        raise TypeError(f"comm must be an hcclpy.Communicator, got {type(comm).__name__}")
+    comm._live_handle()
+    state = comm._host_state
+    if state is None:
+        state = comm._host_state = _Staging(comm)
+    return state
+
+
+def release(comm: CommCore) -> None:
+    """Free a communicator's staging buffers and stream (done by ``Communicator.destroy``)."""
+    state, comm._host_state = comm._host_state, None
+    if state is not None:
+        state.close()
+
+
+def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
+    dtype = as_datatype(array.dtype, argument=f"{argument}.dtype")
+    return np.ascontiguousarray(array), dtype
+
+
+def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out") -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{argument} must be a numpy.ndarray or None, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"{argument}.dtype is {out.dtype}, the result is {dtype}")
+    if out.size != math.prod(shape):
+        raise ValueError(f"{argument} has {out.size} elements, the result {math.prod(shape)} (shape {shape})")
+    if not out.flags.writeable:
+        raise ValueError(f"{argument} is read-only")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{argument} must be C-contiguous")
+    return out
+
+
+def _target(array: Any, argument: str) -> np.ndarray:
+    """An array received into in place."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
+    return _output(array, array.shape, array.dtype, argument)
+
+
+def _flat(array: np.ndarray) -> np.ndarray:
+    return array.reshape(-1)
+
+
+def _chunked(comm: CommCore, source: Optional[np.ndarray], result: Optional[np.ndarray], count: int,
+             dtype: DataType, run: Any) -> None:
+    """Stage ``count`` elements through the device in chunks: copy ``source`` in, ``run(send, recv,
+    stream)`` on the device (it returns the buffer holding the result), copy that into ``result``
+    (``source`` or ``result`` may be None on ranks that lack it)."""
+    staging = _staging(comm)
+    stream = staging.stream
+    step = max(CHUNK_BYTES // dtype.itemsize, 1)
+    send = staging.buffer("send", min(step, count), dtype)
+    recv = staging.buffer("recv", min(step, count), dtype)
+    src = None if source is None else _flat(source)
+    dst = None if result is None else _flat(result)
+    for start in range(0, count, step):
+        stop = min(count, start + step)
+        dev_send, dev_recv = send[: stop - start], recv[: stop - start]
+        if src is not None:
+            dev_send.copy_from(src[start:stop], stream=stream)
+        produced = run(dev_send, dev_recv, stream)
+        if dst is not None:
+            produced.copy_to(dst[start:stop], stream=stream)
+    stream.synchronize()
+
+
+def _whole(comm: CommCore, source: Optional[np.ndarray], send_count: int, result: Optional[np.ndarray],
+           recv_count: int, dtype: DataType, run: Any) -> None:
+    """Stage a whole operation through the device: copy in, ``run(send, recv, stream)``, copy out."""
+    staging = _staging(comm)
+    stream = staging.stream
+    send = staging.buffer("send", send_count, dtype)
+    recv = staging.buffer("recv", recv_count, dtype)
+    if source is not None:
+        send.copy_from(_flat(source), stream=stream)
+    run(send, recv, stream)
+    if result is not None:
+        recv.copy_to(_flat(result), stream=stream)
+    stream.synchronize()
+
+
+# ------------------------------------------------------------------------------ operations
+
+def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, op: Any = ReduceOp.SUM) -> np.ndarray:
+    """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
+    source, dtype = _input(array, "array")
+    result = _output(out, source.shape, source.dtype)
+    _chunked(comm, source, result, source.size, dtype,
+             lambda s, r, stream: collectives.all_reduce(comm, s, r, op, stream=stream))  # returns r
+    return result
+
+
+def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Every rank gets ``root``'s ``array`` (other ranks' ``array`` only gives the shape and dtype)."""
+    source, dtype = _input(array, "array")
+    result = _output(out, source.shape, source.dtype)
+    is_root = root == comm.rank
+    _chunked(comm, source if is_root else None, result, source.size, dtype,
+             lambda s, r, stream: collectives.broadcast(comm, s, root, stream=stream))
+    return result
+
+
+def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, op: Any = ReduceOp.SUM,
+           root: int = 0) -> Optional[np.ndarray]:
+    """Reduce ``array`` across ranks onto ``root``: the result there, None elsewhere."""
+    source, dtype = _input(array, "array")
+    is_root = root == comm.rank
+    result = _output(out, source.shape, source.dtype) if is_root else None
+    _chunked(comm, source, result, source.size, dtype,
+             lambda s, r, stream: collectives.reduce(comm, s, r, op, root, stream=stream))
+    return result
+
+
+def _blocks(array: np.ndarray, size: int, operation: str) -> Tuple[int, ...]:
+    if array.ndim == 0 or array.shape[0] % size:
+        raise ValueError(f"{operation} splits the first axis into {size} blocks: it must be a multiple of {size}, "
+                         f"got shape {array.shape}")
+    return (array.shape[0] // size,) + array.shape[1:]
+
+
+def all_gather(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Every rank's ``array`` stacked in rank order: shape ``(size, *array.shape)``."""
+    source, dtype = _input(array, "array")
+    result = _output(out, (comm.size,) + source.shape, source.dtype)
+    _whole(comm, source, source.size, result, result.size, dtype,
+           lambda s, r, stream: collectives.all_gather(comm, s, r, stream=stream))
+    return result
+
+
+def reduce_scatter(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None,
+                   op: Any = ReduceOp.SUM) -> np.ndarray:
+    """Reduce ``array`` across ranks; rank ``r`` gets block ``r`` of the first axis."""
+    source, dtype = _input(array, "array")
+    result = _output(out, _blocks(source, comm.size, "reduce_scatter"), source.dtype)
+    _whole(comm, source, source.size, result, result.size, dtype,
+           lambda s, r, stream: collectives.reduce_scatter(comm, s, r, op, stream=stream))
+    return result
+
+
+def all_to_all(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Block ``j`` of the first axis goes to rank ``j``; block ``i`` of the result came from rank ``i``."""
+    source, dtype = _input(array, "array")
+    _blocks(source, comm.size, "all_to_all")
+    result = _output(out, source.shape, source.dtype)
+    _whole(comm, source, source.size, result, result.size, dtype,
+           lambda s, r, stream: collectives.all_to_all(comm, s, r, stream=stream))
+    return result
+
+
+def scatter(comm: CommCore, array: Optional[np.ndarray], out: Optional[np.ndarray] = None,
+            root: int = 0) -> np.ndarray:
+    """Rank ``r`` gets block ``r`` of ``root``'s ``array``. Other ranks pass ``out``, or an array of
+    the root's shape and dtype as a template."""
+    is_root = root == comm.rank
+    if array is None:
+        if is_root or out is None:
+            raise ValueError("scatter needs array on the root, and out (or a template array) elsewhere")
+        result = _output(out, out.shape, out.dtype)
+        source, dtype = None, as_datatype(out.dtype, argument="out.dtype")
+    else:
+        source, dtype = _input(array, "array")
+        result = _output(out, _blocks(source, comm.size, "scatter"), source.dtype)
+    count = result.size
+    _whole(comm, source if is_root else None, count * comm.size, result, count, dtype,
+           lambda s, r, stream: collectives.scatter(comm, s, r, root, stream=stream))
+    return result
+
+
+def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], out: Optional[np.ndarray] = None,
+                 recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements."""
+    source, dtype = _input(array, "array")
+    total = _extent(recv_counts, recv_displs)
+    result = _output(out, (total,), source.dtype)
+    _whole(comm, source, source.size, result, total, dtype,
+           lambda s, r, stream: collectives.all_gather_v(comm, s, r, recv_counts, recv_displs, stream=stream))
+    return result
+
+
+def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], out: Optional[np.ndarray] = None,
+                     op: Any = ReduceOp.SUM, send_displs: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Uneven reduce-scatter of a flattened array: rank ``r`` gets ``send_counts[r]`` elements."""
+    source, dtype = _input(array, "array")
+    counts = list(send_counts)
+    if len(counts) != comm.size:
+        raise ValueError(f"send_counts must have {comm.size} entries (one per rank), got {len(counts)}")
+    mine = int(counts[comm.rank])
+    result = _output(out, (mine,), source.dtype)
+    _whole(comm, source, source.size, result, mine, dtype,
+           lambda s, r, stream: collectives.reduce_scatter_v(comm, s, r, counts, send_displs, op, stream=stream))
+    return result
+
+
+def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], recv_counts: Sequence[int],
+                 out: Optional[np.ndarray] = None, send_displs: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`)."""
+    source, dtype = _input(array, "array")
+    total = _extent(recv_counts, recv_displs)
+    result = _output(out, (total,), source.dtype)
+    _whole(comm, source, source.size, result, total, dtype,
+           lambda s, r, stream: collectives.all_to_all_v(comm, s, r, send_counts, recv_counts, send_displs,
+                                                         recv_displs, stream=stream))
+    return result
+
+
+def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
+                  out: Optional[np.ndarray] = None) -> np.ndarray:
+    """All-to-all driven by one count matrix (see :func:`hcclpy.collectives.all_to_all_vc`)."""
+    source, dtype = _input(array, "array")
+    matrix = np.asarray(send_count_matrix)
+    if matrix.shape != (comm.size, comm.size):
+        raise ValueError(f"send_count_matrix must be {comm.size} x {comm.size}, got shape {matrix.shape}")
+    total = int(matrix[:, comm.rank].sum())
+    result = _output(out, (total,), source.dtype)
+    _whole(comm, source, source.size, result, total, dtype,
+           lambda s, r, stream: collectives.all_to_all_vc(comm, s, r, matrix, stream=stream))
+    return result
+
+
+def _extent(counts: Sequence[int], displs: Optional[Sequence[int]]) -> int:
+    values = [int(c) for c in counts]
+    if displs is None:
+        return sum(values)
+    return max((c + int(d) for c, d in zip(values, displs) if c), default=0)
+
+
+def send(comm: CommCore, array: np.ndarray, peer: int) -> None:
+    """Send ``array`` to ``peer`` (blocks until received)."""
+    source, dtype = _input(array, "array")
+    _whole(comm, source, source.size, None, 0, dtype,
+           lambda s, r, stream: collectives.send(comm, s, peer, stream=stream))
+
+
+def recv(comm: CommCore, array: np.ndarray, peer: int) -> np.ndarray:
+    """Receive from ``peer`` into ``array`` (written in place; it must be writable and C-contiguous)."""
+    result = _target(array, "array")
+    dtype = as_datatype(result.dtype, argument="array.dtype")
+    _whole(comm, None, 0, result, result.size, dtype,
+           lambda s, r, stream: collectives.recv(comm, r, peer, stream=stream))
+    return result
+
+
+def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]) -> None:
+    """Post sends and receives of NumPy arrays at once; receive arrays are written in place."""
+    staging = _staging(comm)
+    stream = staging.stream
+    device_items: List[Tuple[str, DeviceArray, int]] = []
+    receives: List[Tuple[DeviceArray, np.ndarray]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in ("send", "recv"):
+            raise ValueError(f"items[{index}] must be ('send' | 'recv', array, peer), got {item!r}")
+        kind, array, peer = item
+        if kind == "send":
+            source, dtype = _input(array, f"items[{index}] array")
+            buf = staging.buffer(f"batch{index}", source.size, dtype)
+            buf.copy_from(_flat(source), stream=stream)
+        else:
+            target = _target(array, f"items[{index}] array")
+            buf = staging.buffer(f"batch{index}", target.size, as_datatype(target.dtype))
+            receives.append((buf, target))
+        device_items.append((kind, buf, peer))
+    collectives.batch_send_recv(comm, device_items, stream=stream)
+    for buf, target in receives:
+        buf.copy_to(_flat(target), stream=stream)
+    stream.synchronize()
+
+
+def barrier(comm: CommCore) -> None:
+    """Block until every rank has reached the barrier."""
+    stream = _staging(comm).stream
+    collectives.barrier(comm, stream=stream)
+    stream.synchronize()
