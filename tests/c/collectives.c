@@ -47,7 +47,7 @@ static int verify(T *t, const char *what, HcclDataType dt, const h_dbuf *b, cons
     uint8_t *act = (uint8_t *)h_xmalloc(b->total);
     int rc = h_dbuf_download_all(t->ctx, b, act);
     if (rc == 0) {
-        H_CHECK_REGION(t->ctx, what, dt, act, expected, care, b->total);
+        H_CHECK_DBUF(t->ctx, what, dt, b, act, expected, care);
     }
     free(act);
     return rc;
@@ -59,7 +59,7 @@ static int verify_unchanged(T *t, const char *what, HcclDataType dt, const h_dbu
 {
     uint8_t *e = expect_region(b);
     if (b->bytes) {
-        memcpy(e + H_GUARD_BYTES, payload, b->bytes);
+        memcpy(e + b->lead, payload, b->bytes);
     }
     int rc = verify(t, what, dt, b, e, NULL);
     free(e);
@@ -72,6 +72,16 @@ static int dbuf_with(T *t, h_dbuf *b, size_t bytes, const void *host, size_t nby
     RUN(h_dbuf_alloc(t->ctx, b, bytes));
     if (host && nbytes) {
         RUN(h_dbuf_upload(t->ctx, b, 0, host, nbytes));
+    }
+    return 0;
+}
+
+/* Same, with the user part misaligned by `misalign` bytes. */
+static int dbuf_at(T *t, h_dbuf *b, size_t bytes, size_t misalign, const void *host)
+{
+    RUN(h_dbuf_alloc_at(t->ctx, b, bytes, misalign));
+    if (host && bytes) {
+        RUN(h_dbuf_upload(t->ctx, b, 0, host, bytes));
     }
     return 0;
 }
@@ -753,6 +763,224 @@ static int pipeline(T *t)
     return 0;
 }
 
+
+/* ---- misaligned buffers ------------------------------------------------------------------- */
+
+/*
+ * Buffers whose start is aligned to the element but not to 64 bytes (aclrtMalloc gives 64):
+ * every kind of operation queued back to back, one synchronisation.
+ */
+static int misaligned(T *t, HcclDataType dt, size_t off_a, size_t off_b)
+{
+    h_ctx *ctx = t->ctx;
+    if (!h_case(ctx, "misaligned %s offsets +%zu/+%zu", h_dtype_name(dt), off_a, off_b)) {
+        return 0;
+    }
+    const uint64_t c = 1031;
+    uint32_t n = t->n, me = t->me, root = n - 1;
+    size_t es = h_dtype_size(dt), bytes = c * es;
+    uint8_t *sum_in = (uint8_t *)h_xmalloc(bytes), *max_in = (uint8_t *)h_xmalloc(bytes);
+    uint8_t *mv = (uint8_t *)h_xmalloc(bytes * n), *rs_in = (uint8_t *)h_xmalloc(bytes * n);
+    h_fill(dt, H_GEN_SUM, me, 0, c, sum_in);
+    h_fill(dt, H_GEN_SUM, me, 5000, c, max_in);
+    h_fill(dt, H_GEN_MOVE, me, 0, c * n, mv);
+    h_fill(dt, H_GEN_SUM, me, 9000, c * n, rs_in);
+    h_dbuf ar_in, ar_out, ar_ip, bc, ag_in, ag_out, rs_src, rs_out, a2a_in, a2a_out, p_in, p_out;
+    RUN(dbuf_at(t, &ar_in, bytes, off_a, sum_in));
+    RUN(dbuf_at(t, &ar_out, bytes, off_b, NULL));
+    RUN(dbuf_at(t, &ar_ip, bytes, off_b, max_in));
+    RUN(dbuf_at(t, &bc, bytes, off_a, me == root ? mv : sum_in));
+    RUN(dbuf_at(t, &ag_in, bytes, off_b, mv));
+    RUN(dbuf_at(t, &ag_out, bytes * n, off_a, NULL));
+    RUN(dbuf_at(t, &rs_src, bytes * n, off_a, rs_in));
+    RUN(dbuf_at(t, &rs_out, bytes, off_b, NULL));
+    RUN(dbuf_at(t, &a2a_in, bytes * n, off_b, mv));
+    RUN(dbuf_at(t, &a2a_out, bytes * n, off_a, NULL));
+    RUN(dbuf_at(t, &p_in, bytes, off_a, mv));
+    RUN(dbuf_at(t, &p_out, bytes, off_b, NULL));
+    H_HCCL(ctx, HcclAllReduce(ar_in.ptr, ar_out.ptr, c, dt, HCCL_REDUCE_SUM, t->comm, t->st));
+    H_HCCL(ctx, HcclAllReduce(ar_ip.ptr, ar_ip.ptr, c, dt, HCCL_REDUCE_MAX, t->comm, t->st));
+    H_HCCL(ctx, HcclBroadcast(bc.ptr, c, dt, root, t->comm, t->st));
+    H_HCCL(ctx, HcclAllGather(ag_in.ptr, ag_out.ptr, c, dt, t->comm, t->st));
+    H_HCCL(ctx, HcclReduceScatter(rs_src.ptr, rs_out.ptr, c, dt, HCCL_REDUCE_SUM, t->comm, t->st));
+    H_HCCL(ctx, HcclAlltoAll(a2a_in.ptr, c / n, dt, a2a_out.ptr, c / n, dt, t->comm, t->st));
+    if (n >= 2) {
+        uint32_t next = (me + 1) % n, prev = (me + n - 1) % n;
+        HcclSendRecvItem items[2] = {{HCCL_SEND, p_in.ptr, c, dt, next},
+                                     {HCCL_RECV, p_out.ptr, c, dt, prev}};
+        H_HCCL(ctx, HcclBatchSendRecv(items, 2, t->comm, t->st));
+    }
+    RUN(sync(t));
+    uint8_t *e = expect_region(&ar_out);
+    h_reduce_fill(dt, HCCL_REDUCE_SUM, H_GEN_SUM, NULL, n, 0, c, e + ar_out.lead);
+    RUN(verify(t, "allreduce output", dt, &ar_out, e, NULL));
+    free(e);
+    e = expect_region(&ar_ip);
+    h_reduce_fill(dt, HCCL_REDUCE_MAX, H_GEN_SUM, NULL, n, 5000, c, e + ar_ip.lead);
+    RUN(verify(t, "in-place allreduce max", dt, &ar_ip, e, NULL));
+    free(e);
+    uint8_t *rootdata = (uint8_t *)h_xmalloc(bytes);
+    h_fill(dt, H_GEN_MOVE, root, 0, c, rootdata);
+    RUN(verify_unchanged(t, "broadcast buffer", dt, &bc, rootdata));
+    free(rootdata);
+    e = expect_region(&ag_out);
+    for (uint32_t r = 0; r < n; r++) {
+        h_fill(dt, H_GEN_MOVE, r, 0, c, e + ag_out.lead + (size_t)r * bytes);
+    }
+    RUN(verify(t, "allgather output", dt, &ag_out, e, NULL));
+    free(e);
+    e = expect_region(&rs_out);
+    h_reduce_fill(dt, HCCL_REDUCE_SUM, H_GEN_SUM, NULL, n, 9000 + (uint64_t)me * c, c,
+                  e + rs_out.lead);
+    RUN(verify(t, "reducescatter output", dt, &rs_out, e, NULL));
+    free(e);
+    e = expect_region(&a2a_out);
+    uint64_t ac = c / n;
+    for (uint32_t r = 0; r < n; r++) {
+        h_fill(dt, H_GEN_MOVE, r, (uint64_t)me * ac, ac, e + a2a_out.lead + (size_t)r * ac * es);
+    }
+    RUN(verify(t, "alltoall output", dt, &a2a_out, e, NULL));
+    free(e);
+    if (n >= 2) {
+        e = expect_region(&p_out);
+        h_fill(dt, H_GEN_MOVE, (me + n - 1) % n, 0, c, e + p_out.lead);
+        RUN(verify(t, "received", dt, &p_out, e, NULL));
+        free(e);
+    }
+    RUN(verify_unchanged(t, "allreduce input", dt, &ar_in, sum_in));
+    RUN(verify_unchanged(t, "allgather input", dt, &ag_in, mv));
+    RUN(verify_unchanged(t, "reducescatter input", dt, &rs_src, rs_in));
+    h_dbuf *all[] = {&ar_in, &ar_out, &ar_ip, &bc, &ag_in, &ag_out, &rs_src, &rs_out, &a2a_in,
+                     &a2a_out, &p_in, &p_out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        RUN(h_dbuf_free(ctx, all[i]));
+    }
+    free(sum_in);
+    free(max_in);
+    free(mv);
+    free(rs_in);
+    return 0;
+}
+
+/* ---- operations that depend on each other, one synchronisation ---------------------------- */
+
+static int dependent_chain(T *t)
+{
+    h_ctx *ctx = t->ctx;
+    if (!h_case(ctx, "dependent chain allreduce -> in-place allreduce -> broadcast -> allgather "
+                     "-> reducescatter")) {
+        return 0;
+    }
+    const uint64_t c = 3001;
+    uint32_t n = t->n, me = t->me;
+    /* small int32 values, so that n * n * sum stays exact */
+    int32_t *x = (int32_t *)h_xmalloc(c * 4), *sum = (int32_t *)h_xcalloc(c, 4);
+    for (uint32_t r = 0; r < n; r++) {
+        for (uint64_t i = 0; i < c; i++) {
+            int16_t v;
+            h_gen(HCCL_DATA_TYPE_INT16, H_GEN_SUM, r, i, &v);
+            sum[i] += v;
+            if (r == me) {
+                x[i] = v;
+            }
+        }
+    }
+    const HcclDataType dt = HCCL_DATA_TYPE_INT32;
+    h_dbuf in, t1, g, rs;
+    RUN(dbuf_with(t, &in, c * 4, x, c * 4));
+    RUN(dbuf_with(t, &t1, c * 4, NULL, 0));
+    RUN(dbuf_with(t, &g, c * 4 * n, NULL, 0));
+    RUN(dbuf_with(t, &rs, c * 4, NULL, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        H_HCCL(ctx, HcclAllReduce(in.ptr, t1.ptr, c, dt, HCCL_REDUCE_SUM, t->comm, t->st));
+        H_HCCL(ctx, HcclAllReduce(t1.ptr, t1.ptr, c, dt, HCCL_REDUCE_SUM, t->comm, t->st));
+        H_HCCL(ctx, HcclBroadcast(t1.ptr, c, dt, n - 1, t->comm, t->st));
+        H_HCCL(ctx, HcclAllGather(t1.ptr, g.ptr, c, dt, t->comm, t->st));
+        H_HCCL(ctx, HcclReduceScatter(g.ptr, rs.ptr, c, dt, HCCL_REDUCE_SUM, t->comm, t->st));
+        RUN(sync(t));
+        int32_t *want = (int32_t *)h_xmalloc(c * 4);
+        for (uint64_t i = 0; i < c; i++) {
+            want[i] = (int32_t)n * (int32_t)n * sum[i];
+        }
+        uint8_t *e = expect_region(&rs);
+        memcpy(e + rs.lead, want, c * 4);
+        RUN(verify(t, "end of the chain", dt, &rs, e, NULL));
+        free(e);
+        free(want);
+        RUN(h_dbuf_upload(ctx, &rs, 0, x, c * 4)); /* scribble over the result for the next round */
+    }
+    h_dbuf *all[] = {&in, &t1, &g, &rs};
+    for (size_t i = 0; i < 4; i++) {
+        RUN(h_dbuf_free(ctx, all[i]));
+    }
+    free(x);
+    free(sum);
+    return 0;
+}
+
+/* ---- a late rank holds everybody back ----------------------------------------------------- */
+
+static int late_rank(T *t)
+{
+    h_ctx *ctx = t->ctx;
+    if (t->n < 2 || !h_case(ctx, "barrier and allreduce wait for a late rank")) {
+        return 0;
+    }
+    const double late = 0.3;
+    for (int which = 0; which < 2; which++) {
+        float v = (float)(t->me + 1), got = 0.0f;
+        void *d;
+        H_ACL(ctx, aclrtMalloc(&d, sizeof v, ACL_MEM_MALLOC_HUGE_FIRST));
+        H_ACL(ctx, aclrtMemcpy(d, sizeof v, &v, sizeof v, ACL_MEMCPY_HOST_TO_DEVICE));
+        RUN(h_oob_barrier(ctx));
+        if (t->me == 0) {
+            h_sleep(late);
+        }
+        double t0 = h_now();
+        if (which == 0) {
+            H_HCCL(ctx, HcclBarrier(t->comm, t->st));
+        } else {
+            H_HCCL(ctx, HcclAllReduce(d, d, 1, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, t->comm, t->st));
+        }
+        RUN(sync(t));
+        double dt = h_now() - t0;
+        if (t->me != 0) {
+            H_EXPECT(ctx, dt >= late - 0.1, "%s completed after %.3f s although rank 0 joined "
+                     "%.1f s late", which == 0 ? "HcclBarrier" : "HcclAllReduce", dt, late);
+        }
+        H_ACL(ctx, aclrtMemcpy(&got, sizeof got, d, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST));
+        float want = which == 0 ? v : (float)(t->n * (t->n + 1) / 2);
+        H_EXPECT(ctx, got == want, "after the late %s: %g, expected %g",
+                 which == 0 ? "barrier" : "allreduce", (double)got, (double)want);
+        H_ACL(ctx, aclrtFree(d));
+    }
+    return 0;
+}
+
+/* ---- sizes around slice and chunk boundaries ---------------------------------------------- */
+
+static const uint64_t sweep_counts[] = {2,    3,    5,     7,     9,     15,     16,     17,
+                                        63,   64,   65,    127,   129,   255,    257,    1023,
+                                        1025, 4095, 65535, 65537, 262143, 262145};
+
+static int size_sweep(T *t)
+{
+    size_t nc = sizeof sweep_counts / sizeof sweep_counts[0];
+    for (size_t i = 0; i < nc; i++) {
+        uint64_t c = sweep_counts[i];
+        RUN(allreduce(t, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, c, 0, H_GEN_SUM));
+        RUN(allreduce(t, HCCL_DATA_TYPE_BFP16, HCCL_REDUCE_SUM, c, 1, H_GEN_SUM));
+        if (c <= 65537) {
+            RUN(allgather(t, HCCL_DATA_TYPE_INT8, c));
+            RUN(reduce_scatter(t, HCCL_DATA_TYPE_FP16, HCCL_REDUCE_SUM, c));
+            RUN(broadcast(t, HCCL_DATA_TYPE_UINT16, c, (uint32_t)(i % t->n)));
+            RUN(alltoall(t, HCCL_DATA_TYPE_INT32, c));
+            RUN(reduce(t, HCCL_DATA_TYPE_INT16, HCCL_REDUCE_MAX, c, (uint32_t)((i + 1) % t->n), 1));
+        }
+    }
+    return 0;
+}
+
 /* ---- the rank program --------------------------------------------------------------------- */
 
 static int is_large_dtype(HcclDataType dt)
@@ -888,6 +1116,14 @@ static int run_rank(h_ctx *ctx)
 
     RUN(barrier(&t));
     RUN(pipeline(&t));
+    RUN(dependent_chain(&t));
+    RUN(late_rank(&t));
+    RUN(size_sweep(&t));
+    for (int d = 0; d < H_NUM_DTYPES; d++) {
+        size_t es = h_dtype_size(h_all_dtypes[d]);
+        RUN(misaligned(&t, h_all_dtypes[d], es, 3 * es));
+        RUN(misaligned(&t, h_all_dtypes[d], 5 * es, es));
+    }
 
     h_set_case(ctx, "teardown");
     H_HCCL(ctx, HcclCommDestroy(t.comm));

@@ -988,10 +988,12 @@ int h_launch(const char *label, h_rank_fn fn, void *arg, const h_launch_cfg *cfg
     return failed;
 }
 
+/* The deadline of a single-thread part is watched by a thread of its own. */
 static struct {
     h_ctx *ctx;
     double deadline;
     int active;
+    int started;
     const char *label;
 } single_wd;
 static pthread_mutex_t single_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1024,15 +1026,14 @@ void h_init_single(h_ctx *ctx, const char *label)
     single_wd.label = label;
     single_wd.deadline = h_now() + h_opt.deadline;
     single_wd.active = 1;
-    pthread_mutex_unlock(&single_mu);
-    static int wd_started;
-    if (!wd_started) {
+    if (!single_wd.started) {
         pthread_t tid;
         if (pthread_create(&tid, NULL, single_watchdog, NULL) == 0) {
             pthread_detach(tid);
-            wd_started = 1;
+            single_wd.started = 1;
         }
     }
+    pthread_mutex_unlock(&single_mu);
     ctx->nranks = h_opt.nranks;
     ctx->nprocs = 1;
     ctx->nlocal = 1;
@@ -1594,7 +1595,7 @@ void h_fill(HcclDataType dt, h_gen_kind kind, uint32_t rank, uint64_t idx0, uint
     do {                                                                                        \
         T acc = 0;                                                                              \
         for (uint32_t k = 0; k < n; k++) {                                                      \
-            T v;                                                                                \
+            T v = 0;                                                                            \
             h_gen(dt, kind, ranks ? ranks[k] : k, idx, &v);                                     \
             if (k == 0) {                                                                       \
                 acc = v;                                                                        \
@@ -1689,11 +1690,17 @@ void h_fill_sentinel(void *host, size_t nbytes)
 
 int h_dbuf_alloc(h_ctx *ctx, h_dbuf *b, size_t bytes)
 {
+    return h_dbuf_alloc_at(ctx, b, bytes, 0);
+}
+
+int h_dbuf_alloc_at(h_ctx *ctx, h_dbuf *b, size_t bytes, size_t misalign)
+{
     memset(b, 0, sizeof *b);
     b->bytes = bytes;
-    b->total = bytes + 2 * H_GUARD_BYTES;
+    b->lead = H_GUARD_BYTES + misalign;
+    b->total = b->lead + bytes + H_GUARD_BYTES;
     H_ACL(ctx, aclrtMalloc(&b->base, b->total, ACL_MEM_MALLOC_HUGE_FIRST));
-    b->ptr = (uint8_t *)b->base + H_GUARD_BYTES;
+    b->ptr = (uint8_t *)b->base + b->lead;
     uint8_t *host = (uint8_t *)h_xmalloc(b->total);
     h_fill_sentinel(host, b->total);
     aclError rc = aclrtMemcpy(b->base, b->total, host, b->total, ACL_MEMCPY_HOST_TO_DEVICE);
@@ -1733,7 +1740,7 @@ int h_dbuf_download_all(h_ctx *ctx, const h_dbuf *b, void *host)
 
 int h_check_region(h_ctx *ctx, const char *file, int line, const char *what, HcclDataType dt,
                    const uint8_t *actual, const uint8_t *expected, const uint8_t *care,
-                   size_t total)
+                   size_t total, size_t lead)
 {
     ctx->checks++;
     size_t es = h_dtype_size(dt);
@@ -1751,20 +1758,20 @@ int h_check_region(h_ctx *ctx, const char *file, int line, const char *what, Hcc
         if (reported >= 4 || dlen >= sizeof detail - 200) {
             continue;
         }
-        if (i < H_GUARD_BYTES || i >= payload_end) {
+        if (i < lead || i >= payload_end) {
             dlen += (size_t)snprintf(detail + dlen, sizeof detail - dlen,
                                      "; %s guard byte %zu: expected 0x%02x got 0x%02x",
-                                     i < H_GUARD_BYTES ? "leading" : "trailing",
-                                     i < H_GUARD_BYTES ? i : i - payload_end, expected[i], actual[i]);
+                                     i < lead ? "leading" : "trailing",
+                                     i < lead ? i : i - payload_end, expected[i], actual[i]);
             reported++;
             continue;
         }
-        size_t elem = (i - H_GUARD_BYTES) / es;
+        size_t elem = (i - lead) / es;
         if (elem == last_elem) {
             continue;
         }
         last_elem = elem;
-        size_t at = H_GUARD_BYTES + elem * es;
+        size_t at = lead + elem * es;
         char e[96], a[96];
         if (at + es <= total) {
             h_format_elem(e, sizeof e, dt, expected + at);

@@ -259,12 +259,14 @@ void h_reduce_fill(HcclDataType dt, HcclReduceOp op, h_gen_kind kind, const uint
 
 /* ---- guarded device buffers --------------------------------------------------------------- */
 
-/* Device allocation of bytes + 2 * H_GUARD_BYTES; ptr = base + H_GUARD_BYTES. */
+/* Device allocation of lead + bytes + H_GUARD_BYTES; ptr = base + lead, where lead is
+ * H_GUARD_BYTES plus an optional misalignment. */
 typedef struct h_dbuf {
     void *base;
     void *ptr;
     size_t bytes; /* user part */
     size_t total; /* whole allocation */
+    size_t lead;  /* bytes before the user part */
 } h_dbuf;
 
 uint8_t h_sentinel(size_t offset); /* sentinel byte at offset of a whole region */
@@ -272,6 +274,8 @@ void h_fill_sentinel(void *host, size_t nbytes);
 
 /* Allocate and fill the whole region (guards and user part) with the sentinel pattern. */
 int h_dbuf_alloc(h_ctx *ctx, h_dbuf *b, size_t bytes);
+/* Same, with the user part misaligned by `misalign` bytes from the 64-byte-aligned start. */
+int h_dbuf_alloc_at(h_ctx *ctx, h_dbuf *b, size_t bytes, size_t misalign);
 int h_dbuf_free(h_ctx *ctx, h_dbuf *b);
 /* Copy host data into the user part at byte offset off. */
 int h_dbuf_upload(h_ctx *ctx, h_dbuf *b, size_t off, const void *host, size_t nbytes);
@@ -285,9 +289,14 @@ int h_dbuf_download_all(h_ctx *ctx, const h_dbuf *b, void *host);
  */
 int h_check_region(h_ctx *ctx, const char *file, int line, const char *what, HcclDataType dt,
                    const uint8_t *actual, const uint8_t *expected, const uint8_t *care,
-                   size_t total);
+                   size_t total, size_t lead);
 #define H_CHECK_REGION(ctx, what, dt, actual, expected, care, total)                            \
-    h_check_region((ctx), __FILE__, __LINE__, (what), (dt), (actual), (expected), (care), (total))
+    h_check_region((ctx), __FILE__, __LINE__, (what), (dt), (actual), (expected), (care), (total), \
+                   H_GUARD_BYTES)
+/* For an h_dbuf b (lead taken from it). */
+#define H_CHECK_DBUF(ctx, what, dt, b, actual, expected, care)                                  \
+    h_check_region((ctx), __FILE__, __LINE__, (what), (dt), (actual), (expected), (care),      \
+                   (b)->total, (b)->lead)
 
 /* Checked host allocation (aborts the process on failure: tests never run out of host memory). */
 void *h_xmalloc(size_t n);

@@ -62,7 +62,7 @@ static void rank_table(char *out, size_t cap, uint32_t n, int servers)
 }
 
 typedef struct {
-    char dir[PATH_LEN];
+    char dir[PATH_LEN / 2];
     char one[PATH_LEN], two[PATH_LEN], bad[PATH_LEN], missing[PATH_LEN];
     char prefix[64];
 } files;

@@ -23,8 +23,17 @@
 
 #define MiB ((size_t)1 << 20)
 
+/* 8 by default, HCCLPY_SIM_DEVICES when set; ASCEND_RT_VISIBLE_DEVICES lists the visible ones. */
 static uint32_t expected_devices(void)
 {
+    const char *visible = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    if (visible && *visible) {
+        uint32_t n = 1;
+        for (const char *c = visible; *c; c++) {
+            n += *c == ',';
+        }
+        return n;
+    }
     const char *v = getenv("HCCLPY_SIM_DEVICES");
     return v && *v ? (uint32_t)strtoul(v, NULL, 10) : 8U;
 }
@@ -38,9 +47,10 @@ static int device_count(h_ctx *ctx)
     }
     uint32_t n = 0;
     H_ACL(ctx, aclrtGetDeviceCount(&n));
+    const char *sd = getenv("HCCLPY_SIM_DEVICES"), *vd = getenv("ASCEND_RT_VISIBLE_DEVICES");
     H_EXPECT(ctx, n == expected_devices(), "aclrtGetDeviceCount = %u, expected %u "
-             "(HCCLPY_SIM_DEVICES=%s)", n, expected_devices(),
-             getenv("HCCLPY_SIM_DEVICES") ? getenv("HCCLPY_SIM_DEVICES") : "unset");
+             "(HCCLPY_SIM_DEVICES=%s, ASCEND_RT_VISIBLE_DEVICES=%s)", n, expected_devices(),
+             sd ? sd : "unset", vd ? vd : "unset");
     int32_t d = -1;
     H_ACL(ctx, aclrtGetDevice(&d));
     H_EXPECT(ctx, d == ctx->device, "aclrtGetDevice = %d, expected %d", d, ctx->device);
@@ -496,7 +506,14 @@ static int callbacks(h_ctx *ctx)
         H_ACL(ctx, aclrtSynchronizeStreamWithTimeout(s, 0));
         H_ACL(ctx, aclrtSynchronizeStreamWithTimeout(s, -1));
         cbdata c3 = {0, 0, NULL, 0, 0.5};
+        aclrtEvent ev;
+        H_ACL(ctx, aclrtCreateEventWithFlag(&ev, ACL_EVENT_SYNC));
         H_ACL(ctx, aclrtLaunchCallback(callback, &c3, ACL_CALLBACK_BLOCK, s));
+        H_ACL(ctx, aclrtRecordEvent(ev, s));
+        aclrtEventRecordedStatus est = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+        H_ACL(ctx, aclrtQueryEventStatus(ev, &est));
+        H_EXPECT(ctx, est == ACL_EVENT_RECORDED_STATUS_NOT_READY, "an event recorded behind a "
+                 "0.5 s callback is already complete");
         double t0 = h_now();
         (void)H_EXPECT_ACL(ctx, aclrtSynchronizeStreamWithTimeout(s, 20),
                            ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
@@ -504,6 +521,10 @@ static int callbacks(h_ctx *ctx)
         H_EXPECT(ctx, took < 0.4, "a 20 ms synchronisation timeout took %.3f s", took);
         H_ACL(ctx, aclrtSynchronizeStream(s));
         H_EXPECT(ctx, c3.ran == 1, "slow callback had not run after aclrtSynchronizeStream");
+        H_ACL(ctx, aclrtQueryEventStatus(ev, &est));
+        H_EXPECT(ctx, est == ACL_EVENT_RECORDED_STATUS_COMPLETE, "event not complete after the "
+                 "stream was synchronised");
+        H_ACL(ctx, aclrtDestroyEvent(ev));
     }
 
     H_ACL(ctx, aclrtUnSubscribeReport((uint64_t)tid, s));

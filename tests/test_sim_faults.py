@@ -1,0 +1,39 @@
+"""A rank of a multi-process job dies, is killed, stalls, or never joins: its peers get an error
+within the configured timeout (+2 s), never hang, and can build a new communicator."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _load_runner():
+    name = "hcclpy_tests_c_runner"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "c" / "runner.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+runner = _load_runner()
+
+FAULT_ENV = {"HCCL_EXEC_TIMEOUT": "5", "HCCL_CONNECT_TIMEOUT": "3"}
+CASES = [("exit", 3), ("kill", 3), ("sleep", 3), ("sleep-config", 3), ("connect", 3), ("exit", 2)]
+
+
+@pytest.fixture(scope="module")
+def faults(compile_c):
+    return runner.build(compile_c, "faults")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("case", "nranks"), CASES, ids=[f"{c}-{n}" for c, n in CASES])
+def test_faults(faults, sim_env, case, nranks):
+    args = [*runner.rank_args(nranks, "procs"), "--case", case]
+    result = runner.run(faults, args, sim_env, timeout=120, extra_env=FAULT_ENV)
+    runner.check(result)
