@@ -102,6 +102,19 @@ class Communicator(CommCore):
             else:
                 rc, name = bound.HcclCommInitRootInfo(nranks, info._cdata(), int(rank), out), "HcclCommInitRootInfo"
         _ffi.check_hccl(rc, name, context=f"creating rank {rank} of {nranks} on {dev!r}")
+        if collectives.group_active():
+            # HCCL creates grouped communicators at HcclGroupEnd, all at once.
+            self._bind(None, int(rank), nranks, dev, cfg.name if cfg is not None and cfg.name else "")
+            self._closed_by = "not created yet: a communicator made inside hcclpy.group() exists once the group ends"
+
+            def adopt(succeeded: bool) -> None:
+                if succeeded:
+                    self._adopt(out[0], dev, cfg, rank=int(rank), size=nranks)
+                else:
+                    self._closed_by = "never created: its hcclpy.group() failed"
+
+            collectives.after_group(adopt)
+            return
         self._adopt(out[0], dev, cfg, rank=int(rank), size=nranks)
 
     @classmethod
@@ -191,7 +204,13 @@ class Communicator(CommCore):
         --------
         >>> evens = comm.split(range(0, comm.size, 2))
         """
-        members = [int(r) for r in ranks]
+        try:
+            members = list(ranks)
+        except TypeError:
+            raise TypeError(f"ranks must be a sequence of ints, got {ranks!r}") from None
+        if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in members):
+            raise ValueError(f"ranks must hold ints, got {members!r}")
+        members = [int(r) for r in members]
         if not members or any(not 0 <= r < self._size for r in members) or members != sorted(set(members)):
             raise ValueError(f"ranks={list(ranks)!r} must be distinct, increasing ranks of the parent "
                              f"(0..{self._size - 1})")
@@ -386,7 +405,10 @@ class Communicator(CommCore):
 
     def batch_send_recv(self, items: Sequence[Any], *, stream: Optional[Stream] = None) -> None:
         """Post ``("send" | "recv", buffer, peer)`` items together (all device buffers, or all NumPy)."""
-        items = list(items)
+        try:
+            items = list(items)
+        except TypeError:
+            raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
         if items and all(isinstance(i, (tuple, list)) and len(i) == 3 and type(i[1]) is np.ndarray for i in items):
             return host.batch_send_recv(self, items)
         return collectives.batch_send_recv(self, items, stream=stream)

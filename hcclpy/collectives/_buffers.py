@@ -51,10 +51,10 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
     if len(buf) != 3:
         raise TypeError(f"{argument} as a tuple must be (ptr, count, dtype), got {len(buf)} items")
     ptr, count, dtype = buf
-    if isinstance(ptr, bool) or not isinstance(ptr, (int, np.integer)) or ptr < 0:
-        raise TypeError(f"{argument}[0] (ptr) must be a device address as a non-negative int, got {ptr!r}")
-    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-        raise ValueError(f"{argument}[1] (count) must be a non-negative int, got {count!r}")
+    if isinstance(ptr, bool) or not isinstance(ptr, (int, np.integer)) or not 0 <= ptr < 2**64:
+        raise TypeError(f"{argument}[0] (ptr) must be a device address as an int in [0, 2**64), got {ptr!r}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**64:
+        raise ValueError(f"{argument}[1] (count) must be an int in [0, 2**64), got {count!r}")
     dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
     return Buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, int(dt), None, buf)
 
@@ -80,13 +80,14 @@ def _from_dlpack(buf: Any, argument: str) -> Buffer:
     if dt is None or info.lanes != 1:
         raise TypeError(f"{argument} has DLPack type code {info.code} with {info.bits} bits x {info.lanes} lanes, "
                         "which HCCL does not support")
-    if info.strides is not None:
-        expected, step = [], 1
-        for dim in reversed(info.shape):
-            expected.append(step)
+    if info.strides is not None and math.prod(info.shape) > 1:
+        # C-contiguous: each stride is the product of the later dimensions. A dimension of size 1
+        # may carry any stride (DLPack allows it, and views produce it).
+        step = 1
+        for dim, stride in zip(reversed(info.shape), reversed(info.strides)):
+            if dim != 1 and stride != step:
+                raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
             step *= dim
-        if tuple(reversed(expected)) != info.strides and math.prod(info.shape) > 1:
-            raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
     return Buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, int(dt), info.device_id, buf)
 
 

@@ -10,7 +10,8 @@ synchronised. Each returns the output buffer it wrote (``None`` where there is n
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Sequence, Tuple
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def _comm_handle(comm: Any) -> Any:
     return handle if handle is not None else comm._live_handle()
 
 
-def _stream(comm: CommCore, stream: Optional[Stream]) -> Any:
+def _stream(comm: CommCore, stream: Optional[Stream]) -> Stream:
     if stream is None:
         stream = comm._device.default_stream
     elif type(stream) is not Stream:
@@ -48,7 +49,7 @@ def _stream(comm: CommCore, stream: Optional[Stream]) -> Any:
                          f"device {comm._device_id}")
     if stream._live_device < 0:
         raise ValueError("stream is closed")
-    return stream._ptr_cdata
+    return stream
 
 
 def _on_device(comm: CommCore, buf: Buffer, argument: str) -> None:
@@ -119,15 +120,19 @@ def _displacements(counts: np.ndarray, displs: Any, comm: CommCore, argument: st
 
 
 def _fits(buf: Buffer, counts: np.ndarray, displs: np.ndarray, argument: str) -> None:
-    needed = int((counts + displs)[counts > 0].max()) if counts.any() else 0
+    # Python ints: count + displacement must not wrap around as uint64 would.
+    needed = max((int(c) + int(d) for c, d in zip(counts, displs) if c), default=0)
     if needed > buf.count:
         raise ValueError(f"{argument} holds {buf.count} elements but the counts and displacements address "
                          f"{needed}")
 
 
-def _call(rc: int, name: str) -> None:
+def _call(rc: int, name: str, stream: Optional[Stream] = None, keep: Any = None) -> None:
+    """Raise for a failed call; otherwise keep the call's buffers alive while ``stream`` needs them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
+    if stream is not None:
+        stream._hold(keep)
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -164,7 +169,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     """
     # Fast path for the common call (two live device arrays of one allocation-free layout, an
     # explicit stream): the same checks as below, as plain attribute tests, then the C call.
-    if type(send) is DeviceArray and type(recv) is DeviceArray and type(stream) is Stream and type(op) is ReduceOp:
+    if type(send) is DeviceArray and type(recv) is DeviceArray and type(stream) is Stream and type(op) is ReduceOp \
+            and isinstance(comm, CommCore):
         handle, sa, ra, device = comm._handle, send._alloc, recv._alloc, comm._device_id
         if (handle is not None and stream._live_device == device and sa.live_device == device
                 and ra.live_device == device and send._dtype is recv._dtype and send._size == recv._size
@@ -173,9 +179,10 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
                                          stream._ptr_cdata)
             if rc:
                 raise _ffi.hccl_failure(rc, "HcclAllReduce")
+            stream._hold((send, recv))
             return recv
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb = resolve(send, "send")
     rb = sb if recv is None or recv is send else resolve(recv, "recv")
     if rb is not sb:
@@ -189,7 +196,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     if sb.address % sb.dtype.itemsize or rb.address % rb.dtype.itemsize:
         _aligned(sb, "send")
         _aligned(rb, "recv")
-    _call(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, stream_ptr), "HcclAllReduce")
+    _call(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, st._ptr_cdata), "HcclAllReduce", st, (send, recv))
     return send if recv is None else recv
 
 
@@ -201,7 +208,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
     Returns the output buffer on the root, None elsewhere.
     """
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     sb = resolve(send, "send")
     _on_device(comm, sb, "send")
@@ -218,8 +225,8 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         if sb.address != rb.address and _overlap(sb, rb):
             raise ValueError("send and recv overlap without being the same buffer")
     recv_ptr = rb.ptr if is_root else _ffi.NULL
-    _call(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, stream_ptr),
-          "HcclReduce")
+    _call(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
+          "HcclReduce", st, (send, recv))
     return (send if recv is None else recv) if is_root else None
 
 
@@ -228,7 +235,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any = _SUM, *,
     """Reduce ``send`` (``size * n`` elements) across ranks; rank ``r`` receives block ``r`` in ``recv``
     (``n`` elements)."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     if sb.count != rb.count * comm._size:
@@ -241,8 +248,8 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any = _SUM, *,
     in_place = rb.address == sb.address + comm._rank * rb.count * rb.dtype.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
-    _call(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, stream_ptr),
-          "HcclReduceScatter")
+    _call(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, st._ptr_cdata),
+          "HcclReduceScatter", st, (send, recv))
     return recv
 
 
@@ -253,7 +260,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
     ``send[send_displs[r] : send_displs[r] + send_counts[r]]`` (``recv`` holds ``send_counts[r]``
     elements). ``send_displs=None`` packs the blocks back to back."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     counts = _count_vector(send_counts, comm, "send_counts")
@@ -269,7 +276,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
     _disjoint(sb, rb, "reduce_scatter_v")
     _call(comm._api.HcclReduceScatterV(sb.ptr, _ffi.from_buffer("uint64_t[]", counts),
                                        _ffi.from_buffer("uint64_t[]", displs), rb.ptr, mine, sb.dtype_c, _op(op),
-                                       handle, stream_ptr), "HcclReduceScatterV")
+                                       handle, st._ptr_cdata), "HcclReduceScatterV", st, (send, recv))
     return recv
 
 
@@ -278,11 +285,11 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
 def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Stream] = None) -> Any:
     """Copy ``buf`` of ``root`` into ``buf`` of every other rank."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, stream_ptr), "HcclBroadcast")
+    _call(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf)
     return buf
 
 
@@ -292,7 +299,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     In place: ``send`` is this rank's block of ``recv``.
     """
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     if rb.count != sb.count * comm._size:
@@ -303,7 +310,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     in_place = sb.address == rb.address + comm._rank * sb.count * sb.dtype.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("send overlaps recv; in place, send must be exactly this rank's block of recv")
-    _call(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, stream_ptr), "HcclAllGather")
+    _call(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, st._ptr_cdata), "HcclAllGather", st, (send, recv))
     return recv
 
 
@@ -312,7 +319,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Sequence[int
     """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
     (``recv_counts[r]`` elements, which must equal that rank's ``send`` count)."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     counts = _count_vector(recv_counts, comm, "recv_counts")
@@ -325,8 +332,8 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Sequence[int
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_gather_v")
     _call(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _ffi.from_buffer("uint64_t[]", counts),
-                                   _ffi.from_buffer("uint64_t[]", displs), sb.dtype_c, handle, stream_ptr),
-          "HcclAllGatherV")
+                                   _ffi.from_buffer("uint64_t[]", displs), sb.dtype_c, handle, st._ptr_cdata),
+          "HcclAllGatherV", st, (send, recv))
     return recv
 
 
@@ -334,7 +341,7 @@ def scatter(comm: CommCore, send: Any, recv: Any, root: int = 0, *, stream: Opti
     """Rank ``r`` receives block ``r`` of ``root``'s ``send`` (``size * n`` elements) into ``recv``
     (``n``). ``send`` is only read on the root (it may be None elsewhere)."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     rb = resolve(recv, "recv")
     _on_device(comm, rb, "recv")
@@ -352,7 +359,7 @@ def scatter(comm: CommCore, send: Any, recv: Any, root: int = 0, *, stream: Opti
         if not in_place and _overlap(sb, rb):
             raise ValueError("recv overlaps send; in place, recv must be exactly the root's block of send")
         send_ptr = sb.ptr
-    _call(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, stream_ptr), "HcclScatter")
+    _call(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, st._ptr_cdata), "HcclScatter", st, (send, recv))
     return recv
 
 
@@ -360,7 +367,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     """Rank ``r`` sends block ``j`` of ``send`` to rank ``j``, which stores it as block ``r`` of
     ``recv``. Both hold ``size * n`` elements and must not overlap."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     if sb.count != rb.count or sb.count % comm._size:
@@ -370,8 +377,8 @@ def all_to_all(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all")
     per_rank = sb.count // comm._size
-    _call(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, stream_ptr),
-          "HcclAlltoAll")
+    _call(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
+          "HcclAlltoAll", st, (send, recv))
     return recv
 
 
@@ -382,7 +389,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``.
     Displacements default to packed blocks. ``send`` and ``recv`` must not overlap."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     scounts = _count_vector(send_counts, comm, "send_counts")
@@ -396,7 +403,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _disjoint(sb, rb, "all_to_all_v")
     vectors = [_ffi.from_buffer("uint64_t[]", v) for v in (scounts, sdispls, rcounts, rdispls)]
     _call(comm._api.HcclAlltoAllV(sb.ptr, vectors[0], vectors[1], sb.dtype_c, rb.ptr, vectors[2], vectors[3],
-                                  rb.dtype_c, handle, stream_ptr), "HcclAlltoAllV")
+                                  rb.dtype_c, handle, st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
     return recv
 
 
@@ -405,7 +412,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
     go from rank ``i`` to rank ``j``, packed in rank order on both sides."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     n = comm._size
@@ -425,7 +432,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_vc")
     _call(comm._api.HcclAlltoAllVC(sb.ptr, _ffi.from_buffer("uint64_t[]", matrix.ravel()), sb.dtype_c, rb.ptr,
-                                   rb.dtype_c, handle, stream_ptr), "HcclAlltoAllVC")
+                                   rb.dtype_c, handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
     return recv
 
 
@@ -434,21 +441,21 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, stream_ptr), "HcclSend")
+    _call(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclSend", st, buf)
 
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
+    st = _stream(comm, stream)
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, stream_ptr), "HcclRecv")
+    _call(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclRecv", st, buf)
     return buf
 
 
@@ -463,8 +470,11 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     the next rank, receive from the previous) cannot deadlock.
     """
     handle = _comm_handle(comm)
-    stream_ptr = _stream(comm, stream)
-    items = list(items)
+    st = _stream(comm, stream)
+    try:
+        items = list(items)
+    except TypeError:
+        raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
     c_items = _ffi.new("HcclSendRecvItem[]", max(len(items), 1))
     keep = []
     for index, item in enumerate(items):
@@ -480,13 +490,26 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         c.dataType = b.dtype_c
         c.remoteRank = _peer(comm, peer, f"items[{index}] peer")
         keep.append(b)
-    _call(comm._api.HcclBatchSendRecv(c_items, len(items), handle, stream_ptr), "HcclBatchSendRecv")
+    _call(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep)
 
 
 def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
     """Queue a barrier: work after it on ``stream`` starts once every rank has reached it."""
     handle = _comm_handle(comm)
-    _call(comm._api.HcclBarrier(handle, _stream(comm, stream)), "HcclBarrier")
+    _call(comm._api.HcclBarrier(handle, _stream(comm, stream)._ptr_cdata), "HcclBarrier")
+
+
+_group = threading.local()
+
+
+def group_active() -> bool:
+    """True inside ``with hcclpy.group():`` on the calling thread; False otherwise."""
+    return getattr(_group, "depth", 0) > 0
+
+
+def after_group(callback: Callable[[bool], None]) -> None:
+    """Call ``callback(succeeded)`` once the calling thread's outermost group has ended."""
+    _group.pending.append(callback)
 
 
 @contextlib.contextmanager
@@ -504,8 +527,17 @@ def group() -> Iterator[None]:
     """
     bound = _ffi.api()
     _call(bound.HcclGroupStart(), "HcclGroupStart")
+    if not group_active():
+        _group.pending = []
+    _group.depth = getattr(_group, "depth", 0) + 1
     try:
         yield
     finally:
-        _call(bound.HcclGroupEnd(), "HcclGroupEnd")
+        _group.depth -= 1
+        rc = bound.HcclGroupEnd()
+        if _group.depth == 0:
+            pending, _group.pending = _group.pending, []
+            for callback in pending:
+                callback(rc == 0)
+        _call(rc, "HcclGroupEnd")
 

@@ -22,6 +22,16 @@ _H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
 _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
 
 
+_MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an allocation
+
+
+def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
+    nbytes = math.prod(dims) * itemsize
+    if nbytes >= _MAX_BYTES:
+        raise ValueError(f"shape {dims} of {itemsize}-byte elements needs {nbytes} bytes, more than any device has")
+    return nbytes
+
+
 def _shape_of(shape: ShapeLike) -> Tuple[int, ...]:
     dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     try:
@@ -319,7 +329,7 @@ def empty(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> De
         If the device is out of memory (``ACL_ERROR_RT_MEMORY_ALLOCATION``).
     """
     dims, datatype, dev = _shape_of(shape), as_datatype(dtype), _device_of(device)
-    return DeviceArray._view(_Allocation(math.prod(dims) * datatype.itemsize, dev), 0, dims, datatype)
+    return DeviceArray._view(_Allocation(_byte_size(dims, datatype.itemsize), dev), 0, dims, datatype)
 
 
 def zeros(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> DeviceArray:
@@ -346,7 +356,7 @@ def pinned_empty(shape: ShapeLike, dtype: Any = "float32") -> np.ndarray:
     """
     dims, datatype = _shape_of(shape), as_datatype(dtype)
     np_dtype = numpy_dtype(datatype)
-    nbytes = max(math.prod(dims) * datatype.itemsize, 1)
+    nbytes = max(_byte_size(dims, datatype.itemsize), 1)
     bound = _ffi.api()
     out = _ffi.new("void **")
     _ffi.check_acl(bound.aclrtMallocHost(out, nbytes), "aclrtMallocHost")

@@ -11,6 +11,8 @@ from ._lifetime import attach, close_now
 
 __all__ = ["Stream"]
 
+_HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
+
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
     if timeout is None:
@@ -29,7 +31,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device")
+                 "_live_device", "_held")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -47,6 +49,9 @@ class Stream:
         # The device id while open, -1 once closed: one attribute answers both questions on the
         # operations' fast path.
         self._live_device = device.id
+        # Buffers of queued operations, kept alive until the stream is known to be done with them:
+        # otherwise a temporary array could be freed, and its memory reused, under a queued collective.
+        self._held: list = []
         release = None
         if owned:
             bound, cdata = _ffi.api(), self._ptr_cdata
@@ -116,6 +121,13 @@ class Stream:
             raise ValueError("operation on a closed Stream")
         return self._ptr_cdata
 
+    def _hold(self, keep: Any) -> None:
+        """Keep ``keep`` alive until the stream's queued work is done."""
+        held = self._held
+        held.append(keep)
+        if len(held) % _HOLD_CHECK == 0:
+            self.query()  # drops them all once the stream has drained
+
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
 
@@ -141,6 +153,7 @@ class Stream:
             rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
         if rc:
             raise _ffi.acl_failure(rc, name)
+        self._held.clear()
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
@@ -150,6 +163,7 @@ class Stream:
             return False
         if rc:
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
+        self._held.clear()
         return True
 
     def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
@@ -174,7 +188,8 @@ class Stream:
     def close(self) -> None:
         """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
         self._live_device = -1
-        close_now(self._finalizer)
+        close_now(self._finalizer)  # destroying an owned stream waits for its work
+        self._held.clear()
 
     def __enter__(self) -> "Stream":
         self._check_open()

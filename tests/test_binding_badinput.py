@@ -1,0 +1,562 @@
+"""Bad arguments: every public function refuses them with the documented ValueError / TypeError,
+whose message names the argument, before any C call; the communicator keeps working afterwards.
+
+The matrix runs on both ranks of a 2-rank communicator (threads) with the communicator's C
+function table replaced by one that fails the test on any call, then both ranks run a real
+all_reduce: a call that reached C would also have broken the collective sequence.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from types import SimpleNamespace
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import cffi
+import numpy as np
+import pytest
+
+import hcclpy
+import ranks
+from hcclpy import collectives as C
+from hcclpy.types import ReduceOp
+
+# ------------------------------------------------------------------ foreign buffer objects
+
+_DL = cffi.FFI()
+_DL.cdef("""
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data; DLDevice device; int32_t ndim; DLDataType dtype;
+    int64_t *shape; int64_t *strides; uint64_t byte_offset;
+} DLTensor;
+typedef struct { DLTensor dl_tensor; void *manager_ctx; void *deleter; } DLManagedTensor;
+""")
+_CAPSULE_NAME = b"dltensor"
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+DL_CPU, DL_NPU = 1, 12
+
+
+class FakeDLPack:
+    """An object exporting ``__dlpack__`` for memory at ``ptr`` (code: 0 int, 1 uint, 2 float, 5 complex)."""
+
+    def __init__(self, ptr: int, shape: Sequence[int], *, strides: Optional[Sequence[int]] = None, code: int = 2,
+                 bits: int = 32, device_type: int = DL_NPU, device_id: int = 0) -> None:
+        self._shape = _DL.new("int64_t[]", list(shape))
+        self._strides = _DL.new("int64_t[]", list(strides)) if strides is not None else _DL.NULL
+        self._managed = _DL.new("DLManagedTensor *")
+        t = self._managed.dl_tensor
+        t.data = _DL.cast("void *", ptr)
+        t.device.device_type, t.device.device_id = device_type, device_id
+        t.ndim = len(shape)
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
+        t.shape, t.strides = self._shape, self._strides
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return _capsule_new(int(_DL.cast("uintptr_t", self._managed)), _CAPSULE_NAME, None)
+
+
+class FakeTensor:
+    """What hcclpy reads from a torch tensor: data_ptr(), numel(), dtype, device, is_contiguous()."""
+
+    def __init__(self, ptr: int, numel: int, dtype: str = "float32", device: str = "npu", index: int = 0,
+                 contiguous: bool = True) -> None:
+        self._ptr, self._numel, self._contiguous = ptr, numel, contiguous
+        self.dtype = _TorchDtype(dtype)
+        self.device = SimpleNamespace(type=device, index=index)
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def numel(self) -> int:
+        return self._numel
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+
+class _TorchDtype:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+
+# ------------------------------------------------------------------------- C call guard
+
+class NoCCalls:
+    """Stands in for a communicator's C function table: any HCCL function called is recorded."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.calls: List[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("Hccl"):
+            def called(*args: Any) -> int:
+                self.calls.append(name)
+                raise AssertionError(f"{name} was called")
+            return called
+        return getattr(self._real, name)
+
+
+Case = Tuple[str, Callable[[], Any], type, str]
+
+
+def _run_matrix(cases: Sequence[Case]) -> List[str]:
+    failures = []
+    for label, call, expected, pattern in cases:
+        try:
+            call()
+        except expected as exc:
+            if not re.search(pattern, str(exc)):
+                failures.append(f"{label}: {type(exc).__name__} message {str(exc)!r} does not match {pattern!r}")
+        except BaseException as exc:  # noqa: BLE001 - reported
+            failures.append(f"{label}: expected {expected.__name__}, got {type(exc).__name__}: {exc}")
+        else:
+            failures.append(f"{label}: no exception (expected {expected.__name__} matching {pattern!r})")
+    return failures
+
+
+def _matrix(rank: int, size: int, info: bytes) -> List[str]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    peer = 1 - rank
+    other = rank + 2  # another device of this process
+    s = hcclpy.Device(rank).create_stream()
+    closed = hcclpy.Device(rank).create_stream()
+    closed.close()
+    foreign_stream = hcclpy.Device(other).create_stream()
+    f32 = hcclpy.from_numpy(np.arange(8, dtype=np.float32))
+    f32b = hcclpy.zeros(8, "float32")
+    f32_16 = hcclpy.zeros(16, "float32")
+    i32 = hcclpy.zeros(8, "int32")
+    i32_16 = hcclpy.zeros(16, "int32")
+    small = hcclpy.zeros(3, "float32")
+    odd = hcclpy.zeros(3, "float32")
+    big = hcclpy.zeros(32, "float32")
+    foreign = hcclpy.zeros(8, "float32", device=other)
+    gone = hcclpy.zeros(8, "float32")
+    gone.close()
+    dead = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=rank), 0, device=rank)
+    dead.destroy()
+    host = np.zeros(8, np.float32)
+    event = hcclpy.Device(rank).create_event()
+    SUM = ReduceOp.SUM
+    cm = comm
+    me = rank
+    cases: List[Case] = [
+        # ---- wrong types
+        ("comm not a communicator", lambda: C.all_reduce("comm", f32, f32b), TypeError, "comm must be"),
+        ("comm None", lambda: C.broadcast(None, f32), TypeError, "comm must be"),
+        ("send int", lambda: cm.all_reduce(5, f32b), TypeError, "^send must be a device buffer"),
+        ("recv str", lambda: cm.all_reduce(f32, "x"), TypeError, "^recv must be a device buffer"),
+        ("buf list", lambda: cm.broadcast([1.0, 2.0]), TypeError, "^buf must be a device buffer"),
+        ("op name", lambda: cm.all_reduce(f32, f32b, "avg"), ValueError, "op='avg'"),
+        ("op int", lambda: cm.all_reduce(f32, f32b, 7), ValueError, "op=7"),
+        ("op None", lambda: cm.all_reduce(f32, f32b, None), ValueError, "op=None"),
+        ("op bool", lambda: cm.reduce(f32, f32b, True), ValueError, "op=True"),
+        ("stream int", lambda: cm.all_reduce(f32, f32b, stream=5), TypeError, "^stream must be"),
+        ("stream event", lambda: cm.broadcast(f32, stream=event), TypeError, "^stream must be"),
+        ("stream int barrier", lambda: cm.barrier(stream=1), TypeError, "^stream must be"),
+        ("root str", lambda: cm.broadcast(f32, root="0"), ValueError, "^root='0'"),
+        ("root float", lambda: cm.reduce(f32, f32b, "sum", 1.0), ValueError, "^root=1.0"),
+        ("root bool", lambda: cm.scatter(f32_16, f32b, root=True), ValueError, "^root=True"),
+        ("peer None", lambda: cm.send(f32, None), ValueError, "^peer=None"),
+        ("tuple of 2", lambda: cm.broadcast((f32.ptr, 8)), TypeError, r"^buf as a tuple must be \(ptr, count, dtype\)"),
+        ("tuple ptr str", lambda: cm.broadcast(("0x1", 8, "float32")), TypeError, r"^buf\[0\] \(ptr\)"),
+        ("tuple ptr negative", lambda: cm.broadcast((-8, 8, "float32")), TypeError, r"^buf\[0\] \(ptr\)"),
+        ("tuple count float", lambda: cm.broadcast((f32.ptr, 1.5, "float32")), ValueError, r"^buf\[1\] \(count\)"),
+        ("tuple dtype", lambda: cm.broadcast((f32.ptr, 8, "complex64")), TypeError, r"^buf\[2\] \(dtype\)"),
+        ("tuple dtype bool", lambda: cm.broadcast((f32.ptr, 8, np.bool_)), TypeError, r"^buf\[2\] \(dtype\)"),
+        ("items not tuples", lambda: cm.batch_send_recv([f32]), ValueError, r"^items\[0\] must be"),
+        ("items kind", lambda: cm.batch_send_recv([("put", f32, peer)]), ValueError, r"^items\[0\] must be"),
+        ("items short", lambda: cm.batch_send_recv([("send", f32)]), ValueError, r"^items\[0\] must be"),
+        ("items buffer", lambda: cm.batch_send_recv([("send", f32, peer), ("recv", "x", peer)]), TypeError,
+         r"^items\[1\] buffer must be"),
+        # ---- negative and huge counts
+        ("tuple count negative", lambda: cm.broadcast((f32.ptr, -1, "float32")), ValueError, r"^buf\[1\] \(count\)"),
+        ("send_counts negative", lambda: cm.all_to_all_v(f32, f32b, [-1, 1], [1, 1]), ValueError,
+         "^send_counts must not contain negative"),
+        ("recv_counts negative", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, -1]), ValueError,
+         "^recv_counts must not contain negative"),
+        ("send_displs negative", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], [0, -1]), ValueError,
+         "^send_displs must not contain negative"),
+        ("send_counts length", lambda: cm.all_to_all_v(f32, f32b, [1, 1, 1], [1, 1]), ValueError,
+         "^send_counts must be 2 non-negative ints"),
+        ("recv_displs length", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], None, [0]), ValueError,
+         "^recv_displs must be 2"),
+        ("send_counts float", lambda: cm.all_to_all_v(f32, f32b, [1.5, 1], [1, 1]), ValueError, "^send_counts"),
+        ("send_counts str", lambda: cm.all_to_all_v(f32, f32b, "11", [1, 1]), ValueError, "^send_counts"),
+        ("send_counts huge", lambda: cm.all_to_all_v(f32, f32b, [2**64, 1], [1, 1]), ValueError, "^send_counts"),
+        ("send_counts past send", lambda: cm.all_to_all_v(f32, f32b, [2**40, 1], [1, 1]), ValueError,
+         "^send holds 8 elements"),
+        ("recv_displs past recv", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], None, [0, 8]), ValueError,
+         "^recv holds 8 elements"),
+        ("matrix shape", lambda: cm.all_to_all_vc(f32, f32b, [[1, 1]]), ValueError,
+         "^send_count_matrix must be a 2 x 2"),
+        ("matrix negative", lambda: cm.all_to_all_vc(f32, f32b, [[1, -1], [1, 1]]), ValueError,
+         "^send_count_matrix"),
+        ("matrix float", lambda: cm.all_to_all_vc(f32, f32b, [[1.0, 1.0], [1.0, 1.0]]), ValueError,
+         "^send_count_matrix"),
+        ("matrix row", lambda: cm.all_to_all_vc(f32, f32b, [[9, 9], [9, 9]]), ValueError, "^send holds 8 elements"),
+        ("matrix column", lambda: cm.all_to_all_vc(f32_16, f32b, [[5, 5], [5, 5]]), ValueError,
+         "^recv holds 8 elements"),
+        ("agv counts", lambda: cm.all_gather_v(f32, f32_16, [3, 3]), ValueError, rf"^recv_counts\[{me}\] = 3"),
+        ("agv recv", lambda: cm.all_gather_v(f32, f32_16, [8, 8], [0, 9]), ValueError, "^recv holds 16"),
+        ("rsv recv", lambda: cm.reduce_scatter_v(f32_16, small, [8, 8]), ValueError, "^recv holds 3"),
+        ("rsv send", lambda: cm.reduce_scatter_v(f32, f32b, [8, 8]), ValueError, "^send holds 8"),
+        # ---- mismatched dtypes
+        ("all_reduce dtypes", lambda: cm.all_reduce(f32, i32), TypeError, "^send is fp32 but recv is int32"),
+        ("all_reduce dtypes (fast path)", lambda: cm.all_reduce(f32, i32, SUM, stream=s), TypeError,
+         "^send is fp32 but recv is int32"),
+        ("reduce dtypes", lambda: cm.reduce(f32, i32, "sum", me), TypeError, "^send is fp32 but recv is int32"),
+        ("reduce_scatter dtypes", lambda: cm.reduce_scatter(i32_16, f32b), TypeError, "^send is int32 but recv"),
+        ("all_gather dtypes", lambda: cm.all_gather(f32, i32_16), TypeError, "^send is fp32 but recv"),
+        ("all_to_all dtypes", lambda: cm.all_to_all(f32, i32), TypeError, "^send is fp32 but recv"),
+        ("all_to_all_v dtypes", lambda: cm.all_to_all_v(f32, i32, [1, 1], [1, 1]), TypeError, "^send is fp32"),
+        ("all_to_all_vc dtypes", lambda: cm.all_to_all_vc(f32, i32, [[1, 1], [1, 1]]), TypeError, "^send is fp32"),
+        ("all_gather_v dtypes", lambda: cm.all_gather_v(f32, i32_16, [8, 8]), TypeError, "^send is fp32"),
+        ("reduce_scatter_v dtypes", lambda: cm.reduce_scatter_v(f32_16, i32, [8, 8]), TypeError, "^send is fp32"),
+        ("scatter dtypes", lambda: cm.scatter(i32_16, f32b, me), TypeError, "^send is int32 but recv is fp32"),
+        # ---- too-small buffers
+        ("all_reduce recv small", lambda: cm.all_reduce(f32, small), ValueError, "^send has 8 elements but recv 3"),
+        ("all_reduce recv small (fast path)", lambda: cm.all_reduce(f32, small, SUM, stream=s), ValueError,
+         "^send has 8 elements but recv 3"),
+        ("reduce recv small", lambda: cm.reduce(f32, small, "sum", me), ValueError, "^send has 8 elements but recv 3"),
+        ("all_gather recv small", lambda: cm.all_gather(f32, f32b), ValueError, "^recv must hold send.count"),
+        ("reduce_scatter send small", lambda: cm.reduce_scatter(f32, f32b), ValueError, "^send must hold recv.count"),
+        ("all_to_all sizes", lambda: cm.all_to_all(f32, small), ValueError, "^send and recv must hold the same"),
+        ("all_to_all not a multiple", lambda: cm.all_to_all(odd, small), ValueError, "multiple of size 2"),
+        ("scatter root send", lambda: cm.scatter(f32, f32b, me), ValueError, "^send must hold recv.count"),
+        ("scatter root None", lambda: cm.scatter(None, f32b, me), ValueError, "^send must be a buffer on the root"),
+        # ---- wrong roots and peers
+        ("broadcast root -1", lambda: cm.broadcast(f32, -1), ValueError, "^root=-1 must be a rank"),
+        ("broadcast root size", lambda: cm.broadcast(f32, 2), ValueError, r"^root=2 must be a rank .*\(0\.\.1\)"),
+        ("reduce root", lambda: cm.reduce(f32, f32b, "sum", 5), ValueError, "^root=5"),
+        ("scatter root", lambda: cm.scatter(f32_16, f32b, 2**40), ValueError, f"^root={2**40}"),
+        ("send self", lambda: cm.send(f32, me), ValueError, f"^peer={me} is this rank"),
+        ("recv self", lambda: cm.recv(f32b, me), ValueError, f"^peer={me} is this rank"),
+        ("send out of range", lambda: cm.send(f32, 2), ValueError, "^peer=2 must be a rank"),
+        ("recv negative", lambda: cm.recv(f32b, -1), ValueError, "^peer=-1"),
+        ("batch self", lambda: cm.batch_send_recv([("send", f32, me)]), ValueError, rf"^items\[0\] peer={me}"),
+        ("batch out of range", lambda: cm.batch_send_recv([("recv", f32b, 3)]), ValueError, r"^items\[0\] peer=3"),
+        # ---- closed or foreign-device streams
+        ("closed stream", lambda: cm.broadcast(f32, stream=closed), ValueError, "^stream is closed"),
+        ("closed stream (fast path)", lambda: cm.all_reduce(f32, f32b, SUM, stream=closed), ValueError,
+         "^stream is closed"),
+        ("closed stream barrier", lambda: cm.barrier(stream=closed), ValueError, "^stream is closed"),
+        ("closed stream batch", lambda: cm.batch_send_recv([], stream=closed), ValueError, "^stream is closed"),
+        ("foreign stream", lambda: cm.all_gather(f32, f32_16, stream=foreign_stream), ValueError,
+         f"^stream is on device {other} but communicator .* device {me}"),
+        ("foreign stream (fast path)", lambda: cm.all_reduce(f32, f32b, SUM, stream=foreign_stream), ValueError,
+         f"^stream is on device {other}"),
+        ("foreign stream send", lambda: cm.send(f32, peer, stream=foreign_stream), ValueError, "^stream is on device"),
+        # ---- destroyed communicators
+        ("destroyed", lambda: dead.all_reduce(f32, f32b), ValueError, "was destroyed"),
+        ("destroyed (fast path)", lambda: dead.all_reduce(f32, f32b, SUM, stream=s), ValueError, "was destroyed"),
+        ("destroyed functional", lambda: C.barrier(dead), ValueError, "was destroyed"),
+        # ---- host and non-contiguous buffers
+        ("numpy to collectives", lambda: C.all_reduce(cm, host, None), TypeError, "^send is a numpy.ndarray in host"),
+        ("numpy recv", lambda: cm.all_reduce(f32, host), TypeError, "^recv is a numpy.ndarray in host memory"),
+        ("numpy buf", lambda: C.broadcast(cm, host), TypeError, "^buf is a numpy.ndarray in host memory"),
+        ("numpy batch item", lambda: cm.batch_send_recv([("send", f32, peer), ("recv", host, peer)]), TypeError,
+         r"^items\[1\] buffer is a numpy.ndarray in host memory"),
+        ("cpu tensor", lambda: cm.all_reduce(FakeTensor(host.ctypes.data, 8, device="cpu"), f32b), TypeError,
+         "^send is a CPU tensor in host memory"),
+        ("non-contiguous tensor", lambda: cm.all_reduce(f32, FakeTensor(f32b.ptr, 8, index=me, contiguous=False)),
+         ValueError, "^recv must be contiguous"),
+        ("tensor dtype", lambda: cm.broadcast(FakeTensor(f32.ptr, 8, dtype="complex64", index=me)), TypeError,
+         r"^buf.dtype=.* is not a data type"),
+        ("dlpack cpu", lambda: cm.broadcast(FakeDLPack(host.ctypes.data, (8,), device_type=DL_CPU)), TypeError,
+         "^buf is a FakeDLPack in host memory"),
+        ("dlpack strided", lambda: cm.broadcast(FakeDLPack(big.ptr, (4, 4), strides=(8, 1), device_id=me)),
+         ValueError, r"^buf must be C-contiguous, its strides are \(8, 1\)"),
+        ("dlpack complex", lambda: cm.broadcast(FakeDLPack(big.ptr, (4,), code=5, bits=64, device_id=me)), TypeError,
+         "^buf has DLPack type code 5"),
+        ("closed array", lambda: cm.broadcast(gone), ValueError, "^buf is a closed DeviceArray"),
+        ("closed array (fast path)", lambda: cm.all_reduce(gone, f32b, SUM, stream=s), ValueError,
+         "^send is a closed DeviceArray"),
+        # ---- other devices' memory
+        ("foreign send", lambda: cm.all_reduce(foreign, f32b), ValueError,
+         f"^send is memory of device {other} but communicator .* device {me}"),
+        ("foreign send (fast path)", lambda: cm.all_reduce(foreign, f32b, SUM, stream=s), ValueError,
+         f"^send is memory of device {other}"),
+        ("foreign recv", lambda: cm.all_reduce(f32, foreign), ValueError, f"^recv is memory of device {other}"),
+        ("foreign buf", lambda: cm.broadcast(foreign), ValueError, f"^buf is memory of device {other}"),
+        ("foreign reduce", lambda: cm.reduce(foreign, None, "sum", me), ValueError, "^send is memory of device"),
+        ("foreign all_gather", lambda: cm.all_gather(f32, hcclpy.zeros(16, "float32", device=other)), ValueError,
+         "^recv is memory of device"),
+        ("foreign send p2p", lambda: cm.send(foreign, peer), ValueError, f"^buf is memory of device {other}"),
+        ("foreign recv p2p", lambda: cm.recv(foreign, peer), ValueError, f"^buf is memory of device {other}"),
+        ("foreign batch", lambda: cm.batch_send_recv([("send", foreign, peer)]), ValueError,
+         r"^items\[0\] buffer is memory of device"),
+        ("foreign tensor", lambda: cm.broadcast(FakeTensor(foreign.ptr, 8, index=other)), ValueError,
+         f"^buf is memory of device {other}"),
+        ("foreign dlpack", lambda: cm.broadcast(FakeDLPack(foreign.ptr, (8,), device_id=other)), ValueError,
+         f"^buf is memory of device {other}"),
+        # ---- in-place rules, overlaps, alignment
+        ("all_to_all in place", lambda: cm.all_to_all(f32_16, f32_16), ValueError,
+         "^all_to_all does not work in place"),
+        ("all_to_all_v in place", lambda: cm.all_to_all_v(f32, f32, [1, 1], [1, 1]), ValueError,
+         "^all_to_all_v does not work in place"),
+        ("all_to_all_vc in place", lambda: cm.all_to_all_vc(f32, f32, [[1, 1], [1, 1]]), ValueError,
+         "^all_to_all_vc does not work in place"),
+        ("all_gather_v in place", lambda: cm.all_gather_v(f32_16[0:8], f32_16, [8, 8]), ValueError,
+         "^all_gather_v does not work in place"),
+        ("reduce_scatter_v in place", lambda: cm.reduce_scatter_v(f32_16, f32_16[0:8], [8, 8]), ValueError,
+         "^reduce_scatter_v does not work in place"),
+        ("all_reduce overlap", lambda: cm.all_reduce(big[0:8], big[4:12]), ValueError, "^send and recv overlap"),
+        ("all_reduce overlap (fast path)", lambda: cm.all_reduce(big[0:8], big[4:12], SUM, stream=s), ValueError,
+         "^send and recv overlap"),
+        ("reduce overlap", lambda: cm.reduce(big[0:8], big[2:10], "sum", me), ValueError, "^send and recv overlap"),
+        ("all_gather wrong block", lambda: cm.all_gather(big[1:5], big[0:8]), ValueError, "^send overlaps recv"),
+        ("reduce_scatter wrong block", lambda: cm.reduce_scatter(big[0:16], big[1:9]), ValueError,
+         "^recv overlaps send"),
+        ("scatter wrong block", lambda: cm.scatter(big[0:16], big[1:9], me), ValueError, "^recv overlaps send"),
+        ("misaligned send", lambda: cm.all_reduce((f32.ptr + 2, 4, "float32"), (f32b.ptr, 4, "float32")), ValueError,
+         "^send at 0x[0-9a-f]+ is not aligned to its 4-byte fp32"),
+        ("misaligned recv", lambda: cm.reduce((f32.ptr, 2, "float32"), (f32b.ptr + 1, 2, "float32"), "sum", me),
+         ValueError, "^recv at 0x[0-9a-f]+ is not aligned"),
+        ("misaligned reduce_scatter", lambda: cm.reduce_scatter((big.ptr + 4, 8, "float64"), (f32b.ptr, 4, "float64")),
+         ValueError, "^send at 0x[0-9a-f]+ is not aligned to its 8-byte fp64"),
+    ]
+    real_api = comm._api
+    guard = comm._api = NoCCalls(real_api)
+    try:
+        failures = _run_matrix(cases)
+    finally:
+        comm._api = real_api
+    if guard.calls:
+        failures.append(f"C functions were called: {guard.calls}")
+    # The communicator still works: both ranks reach the same all_reduce.
+    x = hcclpy.from_numpy(np.full(8, rank + 1, np.float32))
+    comm.all_reduce(x, f32b, SUM, stream=s)
+    comm.all_reduce(x, None, "max", stream=s)
+    s.synchronize()
+    if f32b.to_numpy().tolist() != [3.0] * 8 or x.to_numpy().tolist() != [2.0] * 8:
+        failures.append(f"all_reduce after the matrix gave {f32b.to_numpy()} / {x.to_numpy()}")
+    if comm.async_error() is not None:
+        failures.append(f"async error after the matrix: {comm.async_error()}")
+    for thing in (s, foreign_stream, event):
+        thing.close()
+    comm.destroy()
+    return failures
+
+
+def test_bad_arguments_are_refused_before_any_c_call() -> None:
+    out = ranks.run_threads(_matrix, 2)
+    problems = [f"rank {r}: {p}" for r, failures in enumerate(out) for p in failures]
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
+
+
+# ------------------------------------------------------------- constructors and factories
+
+def test_communicator_arguments() -> None:
+    info = hcclpy.RootInfo.generate(device=0)
+    cases: List[Case] = [
+        ("nranks 0", lambda: hcclpy.Communicator(0, info, 0), ValueError, "^nranks=0 must be an int >= 1"),
+        ("nranks str", lambda: hcclpy.Communicator("2", info, 0), ValueError, "^nranks='2'"),
+        ("nranks bool", lambda: hcclpy.Communicator(True, info, 0), ValueError, "^nranks=True"),
+        ("rank too big", lambda: hcclpy.Communicator(2, info, 2), ValueError, r"^rank=2 must be an int in \[0, 2\)"),
+        ("rank negative", lambda: hcclpy.Communicator(2, info, -1), ValueError, "^rank=-1"),
+        ("rank float", lambda: hcclpy.Communicator(2, info, 0.0), ValueError, "^rank=0.0"),
+        ("root info str", lambda: hcclpy.Communicator(1, "info", 0), TypeError, "^root info must be bytes"),
+        ("root info None", lambda: hcclpy.Communicator(1, None, 0), TypeError, "^root info must be bytes"),
+        ("root info short", lambda: hcclpy.Communicator(1, b"\0" * 4107, 0), ValueError,
+         "^root info must be exactly 4108 bytes, got 4107"),
+        ("root info long", lambda: hcclpy.RootInfo(b"\0" * 5000), ValueError, "^root info must be exactly 4108"),
+        ("config int", lambda: hcclpy.Communicator(1, info, 0, config=5), TypeError,
+         "^config must be a CommConfig, a dict or None"),
+        ("config key", lambda: hcclpy.Communicator(1, info, 0, config={"timeout": 5}), TypeError,
+         r"^unknown CommConfig key\(s\) \['timeout'\]"),
+        ("config value", lambda: hcclpy.Communicator(1, info, 0, config={"qos": 9}), ValueError,
+         r"^CommConfig.qos=9 must be an int in \[0, 7\]"),
+        ("device out of range", lambda: hcclpy.Communicator(1, info, 0, device=hcclpy.device_count()), ValueError,
+         "^device=.* is out of range"),
+        ("device negative", lambda: hcclpy.Communicator(1, info, 0, device=-2), ValueError, "^device=-2"),
+        ("device str", lambda: hcclpy.Communicator(1, info, 0, device="npu:0"), TypeError, "^device must be"),
+    ]
+    failures = _run_matrix(cases)
+    assert not failures, "\n".join(failures)
+    # The root info was not consumed by any of them.
+    comm = hcclpy.Communicator(1, info, 0, device=0)
+    comm.destroy()
+
+
+def test_garbage_root_info_is_refused_by_the_library_quickly() -> None:
+    with pytest.raises(hcclpy.HcclError) as info:
+        hcclpy.Communicator(1, bytes(range(256)) * 16 + b"\0" * 12, 0, device=0)
+    assert info.value.name == "HCCL_E_PARA" and "root info" in str(info.value)
+    assert str(info.value).startswith("creating rank 0 of 1 on Device(0): HcclCommInitRootInfo failed: HCCL_E_PARA")
+
+
+@pytest.mark.parametrize("field, value, error, pattern", [
+    ("buffer_size_mb", 0, ValueError, r"^CommConfig.buffer_size_mb=0 must be an int in \[1, "),
+    ("buffer_size_mb", 2**32, ValueError, "^CommConfig.buffer_size_mb="),
+    ("buffer_size_mb", 1.5, ValueError, "^CommConfig.buffer_size_mb=1.5"),
+    ("deterministic", 3, ValueError, r"^CommConfig.deterministic=3 must be an int in \[0, 2\]"),
+    ("deterministic", "yes", ValueError, "^CommConfig.deterministic='yes'"),
+    ("name", 5, TypeError, "^CommConfig.name must be a str, got int"),
+    ("name", "x" * 128, ValueError, "^CommConfig.name=.* must be at most 127 UTF-8 bytes"),
+    ("name", "a\0b", ValueError, "^CommConfig.name=.* no NUL"),
+    ("udi", b"bytes", TypeError, "^CommConfig.udi must be a str"),
+    ("op_expansion_mode", 7, ValueError, "^CommConfig.op_expansion_mode=7"),
+    ("rdma_traffic_class", 3, ValueError, "^CommConfig.rdma_traffic_class=3 must be a multiple of 4"),
+    ("rdma_traffic_class", 256, ValueError, "^CommConfig.rdma_traffic_class=256"),
+    ("rdma_service_level", 8, ValueError, "^CommConfig.rdma_service_level=8"),
+    ("world_rank_id", -1, ValueError, "^CommConfig.world_rank_id=-1"),
+    ("job_id", 2**64, ValueError, "^CommConfig.job_id="),
+    ("exec_timeout", -1, ValueError, r"^CommConfig.exec_timeout=-1 must be a number of seconds in \[0, 2\*\*31\)"),
+    ("exec_timeout", True, ValueError, "^CommConfig.exec_timeout=True"),
+    ("exec_timeout", "10", ValueError, "^CommConfig.exec_timeout='10'"),
+    ("algorithm", "x" * 1600, ValueError, "^CommConfig.algorithm=.* at most 1599"),
+    ("buffer_name", 1, TypeError, "^CommConfig.buffer_name must be a str"),
+    ("qos", 8, ValueError, "^CommConfig.qos=8"),
+])
+def test_invalid_comm_config_fields(field: str, value: Any, error: type, pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        hcclpy.CommConfig(**{field: value})
+    with pytest.raises(error, match=pattern):
+        hcclpy.CommConfig.coerce({field: value})
+
+
+def test_valid_comm_config_fields() -> None:
+    cfg = hcclpy.CommConfig(buffer_size_mb=1, deterministic=True, name="n" * 127, udi="u", op_expansion_mode=6,
+                            rdma_traffic_class=252, rdma_service_level=7, world_rank_id=2**32 - 1, job_id=2**64 - 1,
+                            exec_timeout=0.5, algorithm="level0:NA;level1:H-D_R", buffer_name="b", qos=0)
+    assert cfg.deterministic == 1
+    assert hcclpy.CommConfig.coerce(cfg) is cfg and hcclpy.CommConfig.coerce(None) is None
+    assert hcclpy.CommConfig.coerce({"name": "x"}) == hcclpy.CommConfig(name="x")
+    c = cfg.to_c()
+    assert c.hcclExecTimeOut == 1  # rounded up, never to 0 ("no limit")
+
+
+def test_runtime_factory_arguments() -> None:
+    cases: List[Case] = [
+        ("shape negative", lambda: hcclpy.empty(-1), ValueError, r"^shape=-1 has a negative dimension"),
+        ("shape str", lambda: hcclpy.zeros("8"), TypeError, "^shape='8' must be an int or a sequence of ints"),
+        ("shape float", lambda: hcclpy.empty((2, 1.5)), TypeError, "^shape="),
+        ("dtype", lambda: hcclpy.empty(4, "complex64"), TypeError, "^dtype='complex64' is not a data type HCCL"),
+        ("dtype object", lambda: hcclpy.empty(4, object), TypeError, "^dtype="),
+        ("dtype bool", lambda: hcclpy.zeros(4, np.bool_), TypeError, "^dtype="),
+        ("device", lambda: hcclpy.empty(4, device=hcclpy.device_count()), ValueError, "^device=.* is out of range"),
+        ("from_numpy list", lambda: hcclpy.from_numpy([1, 2]), TypeError, "^array must be a numpy.ndarray"),
+        ("from_numpy complex", lambda: hcclpy.from_numpy(np.zeros(2, np.complex64)), TypeError,
+         "^dtype=.* is not a data type"),
+        ("pinned shape", lambda: hcclpy.pinned_empty(-2), ValueError, "^shape=-2"),
+        ("pinned dtype", lambda: hcclpy.pinned_empty(2, "str"), TypeError, "^dtype='str'"),
+        ("reduce op name", lambda: hcclpy.types.as_reduce_op("mean"), ValueError, "^op='mean' is not a reduce"),
+    ]
+    failures = _run_matrix(cases)
+    assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------ accepted buffer kinds (positive)
+
+def test_tuple_tensor_and_dlpack_buffers_work() -> None:
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        x = hcclpy.from_numpy(np.arange(8, dtype=np.float32), device=0)
+        y = hcclpy.zeros(8, "float32", device=0)
+        flags = hcclpy.from_numpy(np.array([1, 0, 1, 1], np.uint8), device=0)
+        out_flags = hcclpy.zeros(4, "uint8", device=0)
+        with hcclpy.Device(0).create_stream() as s:
+            comm.all_reduce((x.ptr, 8, "float32"), (y.ptr, 8, hcclpy.DataType.FP32), "sum", stream=s)
+            comm.all_reduce(FakeTensor(x.ptr, 8), FakeTensor(y.ptr, 8), "max", stream=s)
+            comm.all_reduce(FakeTensor(flags.ptr, 4, dtype="bool"), FakeTensor(out_flags.ptr, 4, dtype="bool"),
+                            "max", stream=s)
+            comm.all_reduce(FakeDLPack(x.ptr, (2, 4)), FakeDLPack(y.ptr, (2, 4), strides=(4, 1)), "min", stream=s)
+            comm.broadcast((x.ptr, 0, "float32"), stream=s)  # zero elements
+            s.synchronize()
+        assert y.to_numpy().tolist() == list(range(8))
+        assert out_flags.to_numpy().tolist() == [1, 0, 1, 1]
+
+
+# ------------------------------------------------- edge cases once found wrong, now regression tests
+
+def _one_rank() -> Tuple[hcclpy.Communicator, hcclpy.Stream]:
+    return hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0), hcclpy.Device(0).create_stream()
+
+
+def test_fast_path_checks_comm_type() -> None:
+    comm, s = _one_rank()
+    x, y = hcclpy.zeros(4, "float32", device=0), hcclpy.zeros(4, "float32", device=0)
+    try:
+        with pytest.raises(TypeError, match="comm must be"):
+            C.all_reduce(object(), x, y, ReduceOp.SUM, stream=s)
+    finally:
+        s.close()
+        comm.destroy()
+
+
+def test_tuple_count_beyond_uint64() -> None:
+    comm, s = _one_rank()
+    x = hcclpy.zeros(4, "float32", device=0)
+    try:
+        with pytest.raises(ValueError, match=r"buf\[1\] \(count\)"):
+            comm.broadcast((x.ptr, 2**64, "float32"), stream=s)
+    finally:
+        s.close()
+        comm.destroy()
+
+
+def test_count_plus_displacement_overflow() -> None:
+    comm, s = _one_rank()
+    x, y = hcclpy.zeros(4, "float32", device=0), hcclpy.zeros(4, "float32", device=0)
+    try:
+        with pytest.raises(ValueError, match="send"):
+            comm.all_to_all_v(x, y, [2**63], [1], [2**63], [0], stream=s)
+    finally:
+        s.synchronize()
+        s.close()
+        comm.destroy()
+
+
+def test_split_ranks_must_be_ints() -> None:
+    comm, s = _one_rank()
+    made = []
+    try:
+        failures = _run_matrix([
+            ("float rank", lambda: made.append(comm.split([0.4])), ValueError, "ranks"),
+            ("str rank", lambda: made.append(comm.split(["a"])), ValueError, "ranks"),
+            ("not iterable", lambda: made.append(comm.split(5)), TypeError, "ranks"),
+        ])
+        assert not failures, "\n".join(failures)
+    finally:
+        for sub in made:
+            if sub is not None:
+                sub.destroy()
+        s.close()
+        comm.destroy()
+
+
+def test_batch_send_recv_items_not_iterable() -> None:
+    comm, s = _one_rank()
+    try:
+        for bad in (None, 5):
+            with pytest.raises(TypeError, match="items"):
+                comm.batch_send_recv(bad, stream=s)
+    finally:
+        s.close()
+        comm.destroy()
+
+
+def test_allocation_size_beyond_size_t() -> None:
+    for allocate in (lambda: hcclpy.empty(2**62, "float64", device=0), lambda: hcclpy.pinned_empty(2**62, "float64")):
+        with pytest.raises((ValueError, hcclpy.AclError)):
+            allocate()
+
+
+def test_dlpack_strides_of_size_one_dimensions_are_ignored() -> None:
+    comm, s = _one_rank()
+    x = hcclpy.from_numpy(np.arange(8, dtype=np.float32), device=0)
+    try:
+        comm.broadcast(FakeDLPack(x.ptr, (1, 8), strides=(1, 1)), stream=s)
+        s.synchronize()
+    finally:
+        s.close()
+        comm.destroy()

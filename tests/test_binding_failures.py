@@ -1,0 +1,74 @@
+"""A failing peer: one rank process dies in the middle of an all_reduce loop; the survivor gets an
+error (not a hang), the communicator reports it, and can still be destroyed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+import hcclpy
+import ranks
+
+SHORT = {"HCCL_EXEC_TIMEOUT": "5"}
+
+
+def _die_in_loop(rank: int, size: int, info: bytes, how: str) -> Dict[str, Any]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = hcclpy.Device(rank).create_stream()
+    x = hcclpy.from_numpy(np.ones(1024, np.float32))
+    y = hcclpy.empty(1024, "float32")
+    started = time.monotonic()
+    for i in range(100_000):
+        if rank == size - 1 and i == 25:
+            if how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        comm.all_reduce(x, y, "sum", stream=stream)
+        try:
+            stream.synchronize()
+        except Exception as exc:  # noqa: BLE001 - what the test inspects
+            failed_at, error = i, exc
+            break
+    else:
+        return {"error": None}
+    async_error = comm.async_error()
+    result = {
+        "error": error,
+        "failed_at": failed_at,
+        "seconds": time.monotonic() - started,
+        "is_acl": isinstance(error, hcclpy.AclError),
+        "is_remote_or_timeout": isinstance(error, (hcclpy.RemoteRankError, hcclpy.CommTimeoutError)),
+        "async_error": async_error,
+        "async_is_hccl": isinstance(async_error, hcclpy.HcclError),
+    }
+    # The stream stays failed; the communicator can still be torn down.
+    comm.destroy()
+    result["destroyed"] = comm.destroyed
+    try:
+        stream.close()
+    except hcclpy.AclError:
+        pass
+    return result
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.timeout(90)
+def test_survivor_gets_remote_error_and_can_destroy(how: str) -> None:
+    out = ranks.run_processes(_die_in_loop, 2, how, env=SHORT, timeout=60, return_exceptions=True)
+    survivor, dead = out
+    assert isinstance(dead, ranks.RankError) and dead.exitcode == (3 if how == "exit" else -signal.SIGKILL)
+    assert not isinstance(survivor, ranks.RankError), survivor.traceback
+    assert survivor["error"] is not None, "the survivor never saw an error"
+    assert survivor["failed_at"] >= 25
+    assert survivor["is_acl"] and survivor["is_remote_or_timeout"], repr(survivor["error"])
+    assert str(survivor["error"]).startswith("aclrtSynchronizeStream failed: ")
+    assert survivor["async_is_hccl"], repr(survivor["async_error"])
+    assert survivor["async_error"].name in ("HCCL_E_REMOTE", "HCCL_E_TIMEOUT")
+    assert survivor["destroyed"]
+    # Died-peer detection, not the 5 s HCCL_EXEC_TIMEOUT (generous bound for a loaded CI box).
+    assert survivor["seconds"] < 30

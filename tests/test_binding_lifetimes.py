@@ -1,0 +1,410 @@
+"""Lifetimes of runtime objects and communicators: close/destroy, context managers, the garbage
+collector's safety net, locked constructors, borrowed streams, events, devices, RootInfo pickling."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import threading
+import warnings
+from typing import Any, Callable, List
+
+import numpy as np
+import pytest
+
+import hcclpy
+import ranks
+from hcclpy import _ffi
+
+
+@pytest.fixture
+def comm():
+    c = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    yield c
+    c.destroy()
+
+
+def _no_resource_warning(action: Callable[[], Any]) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        action()
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+
+
+def _in_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on a fresh thread (its own current device) and return its result or raise."""
+    out: List[Any] = []
+
+    def body() -> None:
+        try:
+            out.append(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001
+            out.append(("error", exc))
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert out, "thread did not finish"
+    kind, value = out[0]
+    if kind == "error":
+        raise value
+    return value
+
+
+# ------------------------------------------------------------------------ constructors
+
+@pytest.mark.parametrize("cls", [hcclpy.Stream, hcclpy.Event, hcclpy.DeviceArray])
+def test_constructors_are_locked(cls: type) -> None:
+    with pytest.raises(TypeError, match="create"):
+        cls()
+    with pytest.raises(TypeError):
+        cls(0, device=0)
+
+
+# ------------------------------------------------------------------------------ streams
+
+def test_stream_close_twice_and_use_after_close() -> None:
+    stream = hcclpy.Device(0).create_stream()
+    assert not stream.closed and stream.owned and stream.device == hcclpy.Device(0)
+    assert isinstance(stream.handle, int) and stream.handle > 0
+    stream.close()
+    stream.close()
+    assert stream.closed and "closed" in repr(stream)
+    event = hcclpy.Device(0).create_event()
+    for use in (stream.synchronize, stream.query, lambda: stream.handle, lambda: stream.record(),
+                lambda: stream.wait_event(event), lambda: stream.__enter__(), lambda: event.record(stream)):
+        with pytest.raises(ValueError, match="closed Stream"):
+            use()
+    event.close()
+
+
+def test_stream_with_block_closes() -> None:
+    with hcclpy.Device(0).create_stream() as stream:
+        x = hcclpy.zeros(8, "int32", device=0)
+        x.fill_zero(stream=stream)
+        stream.synchronize()
+    assert stream.closed
+
+
+def test_stream_priority_and_timeout_arguments() -> None:
+    device = hcclpy.Device(0)
+    with device.create_stream(priority=3) as stream:
+        stream.synchronize(timeout=1.5)
+        assert stream.query()
+        with pytest.raises(ValueError, match="timeout"):
+            stream.synchronize(timeout=-1)
+        with pytest.raises(ValueError, match="timeout"):
+            stream.synchronize(timeout="1")
+        with pytest.raises(TypeError, match="event"):
+            stream.wait_event("not an event")
+        with pytest.raises(TypeError, match="event"):
+            stream.record("not an event")
+    for priority in (8, -1, True, 1.0):
+        with pytest.raises(ValueError, match="priority"):
+            device.create_stream(priority=priority)
+
+
+def test_collected_stream_warns() -> None:
+    stream = hcclpy.Device(0).create_stream()
+    with pytest.warns(ResourceWarning, match="unclosed hcclpy.Stream"):
+        del stream
+        gc.collect()
+
+
+def test_borrowed_stream_is_never_destroyed(comm: hcclpy.Communicator) -> None:
+    owner = hcclpy.Device(0).create_stream()
+    borrowed = hcclpy.Stream.from_handle(owner.handle, device=0, owner=owner)
+    assert not borrowed.owned and borrowed.handle == owner.handle and "borrowed" in repr(borrowed)
+    x = hcclpy.from_numpy(np.arange(6, dtype=np.float32), device=0)
+    comm.all_reduce(x, None, "sum", stream=borrowed)
+    borrowed.synchronize()
+    borrowed.close()
+    assert borrowed.closed
+    # The underlying stream still works.
+    comm.all_reduce(x, None, "max", stream=owner)
+    owner.synchronize()
+    assert owner.query()
+    # A collected borrowed stream neither warns nor destroys.
+    _no_resource_warning(lambda: hcclpy.Stream.from_handle(owner.handle, device=0))
+    owner.synchronize()
+    owner.close()
+
+
+@pytest.mark.parametrize("handle", [0, -1, True, "0x1", 1.0, None])
+def test_from_handle_rejects_bad_handles(handle: Any) -> None:
+    with pytest.raises(ValueError, match="handle"):
+        hcclpy.Stream.from_handle(handle, device=0)
+
+
+# ------------------------------------------------------------------------------- events
+
+def test_events_record_query_synchronize_elapsed() -> None:
+    device = hcclpy.Device(0)
+    with device.create_stream() as stream:
+        start = stream.record()
+        assert isinstance(start, hcclpy.Event) and start.device == device
+        x = hcclpy.zeros(1 << 20, "float32", device=0)
+        for _ in range(4):
+            x.fill_zero(stream=stream)
+        end = device.create_event()
+        end.record(stream)
+        end.synchronize(timeout=30)
+        assert end.query() and start.query()
+        elapsed = start.elapsed_time(end)
+        assert isinstance(elapsed, float) and elapsed >= 0.0
+        # Another stream waits for the event.
+        with device.create_stream() as other:
+            other.wait_event(end)
+            other.synchronize()
+        end.synchronize()  # no timeout
+        assert isinstance(end.handle, int)
+        with pytest.raises(TypeError, match="end"):
+            start.elapsed_time("end")
+        with pytest.raises(TypeError, match="stream"):
+            start.record("stream")
+        with pytest.raises(ValueError, match="timeout"):
+            end.synchronize(timeout=-3)
+        untimed = device.create_event(timing=False)
+        untimed.record(stream)
+        untimed.synchronize()
+        with pytest.raises(ValueError, match="timing=True"):
+            start.elapsed_time(untimed)
+        for event in (start, end, untimed):
+            event.close()
+
+
+def test_event_record_on_default_stream() -> None:
+    with hcclpy.Device(1).create_event() as event:
+        event.record()
+        event.synchronize()
+        assert event.query()
+    assert event.closed
+
+
+def test_event_close_twice_and_use_after_close() -> None:
+    event = hcclpy.Device(0).create_event()
+    event.close()
+    event.close()
+    assert event.closed
+    stream = hcclpy.Device(0).create_stream()
+    other = hcclpy.Device(0).create_event()
+    for use in (event.query, event.synchronize, lambda: event.handle, lambda: event.record(stream),
+                lambda: stream.wait_event(event), lambda: other.elapsed_time(event)):
+        with pytest.raises(ValueError, match="closed Event"):
+            use()
+    other.close()
+    stream.close()
+
+
+def test_collected_event_warns() -> None:
+    event = hcclpy.Device(0).create_event()
+    with pytest.warns(ResourceWarning, match="unclosed hcclpy.Event"):
+        del event
+        gc.collect()
+
+
+# -------------------------------------------------------------------------- device arrays
+
+@pytest.mark.parametrize("dtype", ranks.DTYPES)
+def test_device_array_round_trip(dtype: str) -> None:
+    data = ranks.make_input("roundtrip", 0, 24, dtype).reshape(2, 3, 4)
+    a = hcclpy.from_numpy(data, device=2)
+    assert (a.shape, a.size, a.ndim, a.device) == ((2, 3, 4), 24, 3, hcclpy.Device(2))
+    assert a.dtype == hcclpy.DataType[{"float16": "FP16", "float32": "FP32", "float64": "FP64",
+                                       "bfloat16": "BFP16"}.get(dtype, dtype.upper())]
+    assert a.nbytes == data.nbytes and a.itemsize == data.itemsize
+    assert ranks.mismatch("round trip", a.to_numpy(), data) is None
+    assert ranks.mismatch("view", a[1].to_numpy(), data[1]) is None
+    assert ranks.mismatch("slice", a[0:1].reshape(-1).to_numpy(), data[0].reshape(-1)) is None
+    b = hcclpy.empty((2, 3, 4), dtype, device=2)
+    b.copy_from(a)
+    assert ranks.mismatch("device copy", b.to_numpy(), data) is None
+    a.close()
+    b.close()
+
+
+def test_device_array_close_and_views() -> None:
+    a = hcclpy.zeros(10, "int32", device=0)
+    view = a[2:5]
+    assert view.shape == (3,) and view.ptr == a.ptr + 8
+    with pytest.raises(IndexError, match="contiguous"):
+        a[::2]
+    with pytest.raises(IndexError):
+        a[10]
+    with pytest.raises(TypeError):
+        a["x"]
+    with a:
+        pass
+    assert a.closed and view.closed  # every view of the memory
+    a.close()
+    for use in (a.to_numpy, lambda: a.ptr, view.to_numpy, lambda: a.copy_from(np.zeros(10, np.int32)),
+                a.fill_zero):
+        with pytest.raises(ValueError, match="closed DeviceArray"):
+            use()
+
+
+def test_device_array_copy_arguments() -> None:
+    a = hcclpy.zeros(4, "float32", device=0)
+    with pytest.raises(TypeError, match="src.dtype"):
+        a.copy_from(np.zeros(4, np.float64))
+    with pytest.raises(ValueError, match="src has 5 elements"):
+        a.copy_from(np.zeros(5, np.float32))
+    with pytest.raises(TypeError, match="src"):
+        a.copy_from([0.0, 1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.zeros(4, np.float32)
+        ro.flags.writeable = False
+        a.copy_to(ro)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.copy_to(np.zeros(8, np.float32)[::2])
+    a.copy_from(np.arange(8, dtype=np.float32)[::2])  # non-contiguous host source: copied
+    assert a.to_numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(ValueError):
+        a.reshape(3)
+    assert a.reshape(2, -1).shape == (2, 2)
+
+
+def test_collected_device_array_does_not_warn() -> None:
+    _no_resource_warning(lambda: hcclpy.zeros(16, "uint8", device=0))
+
+
+def test_pinned_memory_async_copies() -> None:
+    host = hcclpy.pinned_empty((3, 4), "float32")
+    assert isinstance(host, np.ndarray) and host.shape == (3, 4) and host.dtype == np.float32
+    host[...] = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = hcclpy.empty((3, 4), "float32", device=0)
+    back = hcclpy.pinned_empty((3, 4), "float32")
+    with hcclpy.Device(0).create_stream() as stream:
+        a.copy_from(host, stream=stream)
+        a.copy_to(back, stream=stream)
+        stream.synchronize()
+    assert (back == host).all()
+    assert hcclpy.pinned_empty(0, "int8").shape == (0,)
+
+
+# --------------------------------------------------------------------------------- devices
+
+def test_device_identity_and_arguments() -> None:
+    assert hcclpy.Device(3) is hcclpy.Device(3) and hcclpy.Device(hcclpy.Device(3)) is hcclpy.Device(3)
+    assert int(hcclpy.Device(3)) == 3 and hcclpy.Device(3).id == 3 and repr(hcclpy.Device(3)) == "Device(3)"
+    assert hcclpy.device_count() == hcclpy.Device.count() >= 8
+    with pytest.raises(ValueError, match="device=-1"):
+        hcclpy.Device(-1)
+    for bad in ("0", 1.0, True, None):
+        with pytest.raises(TypeError, match="device"):
+            hcclpy.Device(bad)
+    with pytest.raises(ValueError, match="out of range"):
+        hcclpy.Device(hcclpy.device_count()).set_current()
+    free, total = hcclpy.Device(0).memory_info()
+    assert 0 <= free <= total
+    hcclpy.Device(0).synchronize()
+
+
+def test_device_context_restores_the_previous_device() -> None:
+    def body() -> List[int]:
+        hcclpy.Device(2).set_current()
+        seen = [hcclpy.Device.current().id]
+        with hcclpy.Device(5) as dev:
+            assert dev is hcclpy.Device(5)
+            seen.append(hcclpy.Device.current().id)
+            with hcclpy.Device(6):
+                seen.append(hcclpy.Device.current().id)
+                x = hcclpy.zeros(4, "int8")  # allocations use the current device
+                seen.append(x.device.id)
+            seen.append(hcclpy.Device.current().id)
+        seen.append(hcclpy.Device.current().id)
+        try:
+            with hcclpy.Device(4):
+                raise KeyError("inside")
+        except KeyError:
+            pass
+        seen.append(hcclpy.Device.current().id)
+        return seen
+
+    assert _in_thread(body) == [2, 5, 6, 6, 5, 2, 2]
+
+
+def test_current_device_is_per_thread() -> None:
+    def first() -> Any:
+        before = hcclpy.Device.current()
+        hcclpy.Device(7).set_current()
+        return before, hcclpy.Device.current().id
+
+    assert _in_thread(first) == (None, 7)
+    assert _in_thread(hcclpy.Device.current) is None
+
+
+# -------------------------------------------------------------------------------- root info
+
+def test_root_info_bytes_and_pickle() -> None:
+    info = hcclpy.RootInfo.generate(device=0)
+    data = info.to_bytes()
+    assert isinstance(data, bytes) and len(data) == 4108
+    copy = pickle.loads(pickle.dumps(info))
+    assert copy == info and hash(copy) == hash(info) and copy.to_bytes() == data
+    assert hcclpy.RootInfo.from_bytes(bytearray(data)) == info
+    assert hcclpy.RootInfo(memoryview(data)) == info
+    assert info != hcclpy.RootInfo.generate(device=0) and info != data
+    assert repr(info).startswith("<hcclpy.RootInfo ")
+    # A pickled RootInfo creates a working communicator.
+    comm = hcclpy.Communicator(1, copy, 0, device=0)
+    comm.destroy()
+
+
+# ---------------------------------------------------------------------------- communicators
+
+def test_communicator_properties(comm: hcclpy.Communicator) -> None:
+    assert (comm.rank, comm.size, comm.device) == (0, 1, hcclpy.Device(0))
+    assert isinstance(comm.name, str) and comm.name and comm.name in repr(comm)
+    assert isinstance(comm.handle, int) and comm.handle > 0
+    assert not comm.destroyed and comm.async_error() is None
+    x = hcclpy.from_numpy(np.arange(5, dtype=np.int64), device=0)
+    comm.all_reduce(x, None, hcclpy.ReduceOp.PROD)  # default stream
+    comm.device.default_stream.synchronize()
+    assert x.to_numpy().tolist() == [0, 1, 2, 3, 4]
+
+
+def test_communicator_destroy_twice_and_use_after_destroy() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    x = hcclpy.zeros(4, "float32", device=0)
+    y = hcclpy.zeros(4, "float32", device=0)
+    stream = hcclpy.Device(0).create_stream()
+    comm.destroy()
+    comm.destroy()
+    assert comm.destroyed and "destroyed" in repr(comm)
+    uses = [
+        lambda: comm.handle, comm.async_error, lambda: comm.split([0]), lambda: comm.__enter__(),
+        lambda: comm.all_reduce(x, y, hcclpy.ReduceOp.SUM, stream=stream),  # the fast path
+        lambda: comm.all_reduce(x, None, "sum"), lambda: comm.broadcast(x), lambda: comm.reduce(x, y),
+        lambda: comm.all_gather(x, y), lambda: comm.reduce_scatter(x, y), lambda: comm.all_to_all(x, y),
+        lambda: comm.scatter(x, y), lambda: comm.barrier(), lambda: comm.all_gather_v(x, y, [4]),
+        lambda: comm.reduce_scatter_v(x, y, [4]), lambda: comm.all_to_all_v(x, y, [4], [4]),
+        lambda: comm.all_to_all_vc(x, y, [[4]]), lambda: comm.send(x, 0), lambda: comm.recv(x, 0),
+        lambda: comm.batch_send_recv([]),
+    ]
+    for use in uses:
+        with pytest.raises(ValueError, match="destroyed"):
+            use()
+    stream.close()
+
+
+def test_communicator_with_block_destroys() -> None:
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        assert not comm.destroyed
+    assert comm.destroyed
+
+
+def test_collected_communicator_warns_and_is_not_destroyed() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    raw = comm._handle  # the C handle, to look at it after the Python object is gone
+    name = comm.name
+    with pytest.warns(ResourceWarning, match="without destroy"):
+        del comm
+        gc.collect()
+    bound = _ffi.api()
+    size = _ffi.new("uint32_t *")
+    assert bound.HcclGetRankSize(raw, size) == 0 and size[0] == 1, "the collector destroyed the communicator"
+    text = _ffi.new("char[]", 128)
+    assert bound.HcclGetCommName(raw, text) == 0 and _ffi.string(text) == name
+    assert bound.HcclCommDestroy(raw) == 0  # clean up by hand
