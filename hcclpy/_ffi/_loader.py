@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -134,6 +135,20 @@ def _open_simulator(opener: Opener) -> OpenedLibraries:
     return OpenedLibraries(acl, hccl, None, "sim", loaded)
 
 
+def _warn_from_caller(message: str, category: type) -> None:
+    """Warn once, attributed to the first frame outside hcclpy (the user's line that needed a library)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame = frame.f_back
+    if frame is None:
+        warnings.warn(message, category, stacklevel=2)
+        return
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", "__main__"), registry=registry)
+
+
 def open_libraries(opener: Opener) -> OpenedLibraries:
     """Find and open the libraries, or raise :class:`LibraryNotFoundError` listing every attempt."""
     choice = _backend_choice()
@@ -147,8 +162,8 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
                 "HCCLPY_BACKEND=cann but no usable CANN libraries were found. Tried:\n" + "\n".join(failures)
                 + "\nSource <CANN>/set_env.sh or set ASCEND_HOME_PATH (driver libraries must be on "
                 "LD_LIBRARY_PATH too).")
-        warnings.warn("hcclpy: no CANN installation found, running on the CPU simulator "
-                      "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning, stacklevel=4)
+        _warn_from_caller("hcclpy: no CANN installation found, running on the CPU simulator "
+                          "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning)
     try:
         return _open_simulator(opener)
     except (OSError, RuntimeError) as exc:

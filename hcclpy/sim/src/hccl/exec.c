@@ -558,37 +558,45 @@ static int fail(op_task_t *op, int code)
                      comm->name, text, hccl_result_name((HcclResult)code));
 }
 
+/* Whether the operation still needs something from rank `r`. */
+static bool waiting_on(op_task_t *op, uint32_t r)
+{
+    hccl_comm_t *comm = op->comm;
+    if (r == comm->rank)
+        return false;
+    if (is_collective(op->type))
+        return atomic_load(&comm_slot(comm, r)->progress) < PROGRESS(op->cseq, op->phase == 0 ? 1 : op->phase);
+    for (uint32_t i = 0; i < op->item_count; i++)
+        if (op->items[i].remoteRank == r && op->item_state[i] != ITEM_DONE)
+            return true;
+    return false;
+}
+
 /* Names the ranks an operation is still waiting for. */
 static void describe_wait(op_task_t *op, char *out, size_t len)
 {
     hccl_comm_t *comm = op->comm;
-    size_t used = (size_t)snprintf(out, len, "waiting for rank(s) ");
-    int listed = 0;
     if (!op->started) {
         snprintf(out, len, "an earlier operation of this communicator on another stream has not finished");
         return;
     }
+    size_t used = (size_t)snprintf(out, len, "waiting for rank(s) ");
+    int listed = 0;
     for (uint32_t r = 0; r < comm->nranks && used < len - 32; r++) {
-        bool waiting;
-        if (is_collective(op->type)) {
-            waiting = atomic_load(&comm_slot(comm, r)->progress) < PROGRESS(op->cseq, op->phase == 0 ? 1 : op->phase);
-        } else {
-            waiting = false;
-            for (uint32_t i = 0; i < op->item_count; i++)
-                waiting |= op->items[i].remoteRank == r && op->item_state[i] != ITEM_DONE;
-        }
-        if (waiting && r != comm->rank) {
-            used += (size_t)snprintf(out + used, len - used, "%s%u", listed ? ", " : "", r);
-            if (++listed >= 16) {
-                snprintf(out + used, len - used, ", ...");
-                return;
-            }
+        if (!waiting_on(op, r))
+            continue;
+        used += (size_t)snprintf(out + used, len - used, "%s%u", listed ? ", " : "", r);
+        if (++listed >= 16) {
+            snprintf(out + used, len - used, ", ...");
+            return;
         }
     }
     if (listed == 0)
         snprintf(out, len, "waiting for the other ranks");
 }
 
+/* Fails when the communicator broke elsewhere, or when a rank this operation
+ * still needs has left or died (a rank that already did its part may go). */
 static int check_health(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
@@ -599,7 +607,7 @@ static int check_health(op_task_t *op)
                           "rank %d failed first: %s", (int)header->abort_rank,
                           atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
     for (uint32_t r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank)
+        if (!op->started || !waiting_on(op, r))
             continue;
         slot_head_t *slot = comm_slot(comm, r);
         if (atomic_load(&slot->state) == SLOT_LEFT)

@@ -1,0 +1,187 @@
+"""``hcclpy info [--json]``: what hcclpy found and what it can do here.
+
+It reports the hcclpy and Python versions, the backend (``cann`` or ``sim``), each shared library
+with its path and how it was found, the AscendCL version (``aclrtGetVersion``) and SoC name
+(``aclrtGetSocName``), every visible device with its free and total memory, which optional C
+functions the loaded libraries export, the simulator's build description when running on it, and
+the environment variables that steer hcclpy. ``--json`` prints the same as one JSON object.
+
+Exit status 0, or 1 when the libraries cannot be loaded (the report then says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import warnings
+from typing import Any, Dict, List, Optional
+
+from .. import __version__
+
+__all__ = ["add_parser", "collect", "format_text", "run"]
+
+# Environment variables that change what hcclpy loads or how the libraries behave.
+ENVIRONMENT = (
+    "HCCLPY_BACKEND", "HCCLPY_LIBASCENDCL", "HCCLPY_LIBHCCL", "HCCL_SO_PATH", "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME", "ASCEND_RT_VISIBLE_DEVICES", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE",
+    "HCCL_DETERMINISTIC", "RANK_TABLE_FILE", "HCCLPY_HOST_CHUNK_BYTES", "HCCLPY_SIM_DEVICES",
+    "HCCLPY_SIM_DEVICE_MEMORY", "HCCLPY_SIM_CACHE", "HCCLPY_SIM_NODE",
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``hcclpy info`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "info", help="show the libraries found, versions, devices and optional functions",
+        description="Show what hcclpy found: the backend (cann or sim), each library and how it was found, the "
+        "AscendCL version and SoC name, the devices and their memory, the optional C functions the libraries "
+        "export, and the simulator's build when running on it. Exit status 1 if the libraries cannot be loaded.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``hcclpy info``; return 0, or 1 when the libraries could not be loaded."""
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_text(report))
+    return 0 if report["error"] is None else 1
+
+
+def collect() -> Dict[str, Any]:
+    """Everything ``hcclpy info`` reports, as a JSON-ready dict (loads the libraries).
+
+    Returns
+    -------
+    dict
+        ``hcclpy_version``, ``python`` (version, executable), ``environment`` (the variables of
+        :data:`ENVIRONMENT` that are set), ``backend`` (``"cann"``, ``"sim"`` or None),
+        ``libraries`` (name, path, found_via), ``acl_version`` (``"major.minor.patch"`` or None),
+        ``soc_name``, ``device_count``, ``devices`` (id, free and total bytes, or error),
+        ``functions`` (C function name to bool), ``optional_functions`` (the names hcclpy can
+        do without), ``simulator`` (the build description or None) and ``error`` (why the
+        libraries could not be loaded, else None).
+
+    Examples
+    --------
+    >>> collect()["backend"]  # doctest: +SKIP
+    'sim'
+    """
+    report: Dict[str, Any] = {
+        "hcclpy_version": __version__,
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
+        "backend": None, "libraries": [], "acl_version": None, "soc_name": None, "device_count": None,
+        "devices": [], "functions": {}, "optional_functions": [], "simulator": None, "error": None,
+    }
+    import hcclpy
+
+    from .. import _ffi
+    from .._ffi import cdef_acl, cdef_hccl
+
+    try:
+        with warnings.catch_warnings():
+            # The report says which backend is in use; the fallback warning would only repeat it.
+            warnings.simplefilter("ignore", _ffi.SimulatorFallbackWarning)
+            library = hcclpy.library_info()
+    except Exception as exc:  # noqa: BLE001 - the report is how this failure gets explained
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        return report
+    report.update(backend=library["backend"], libraries=library["libraries"], functions=library["functions"],
+                  simulator=library["simulator"],
+                  optional_functions=sorted(cdef_acl.OPTIONAL + cdef_hccl.OPTIONAL))
+    bound = _ffi.api()
+    if bound.present.get("aclrtGetVersion"):
+        parts = [_ffi.new("int32_t *") for _ in range(3)]
+        if bound.aclrtGetVersion(*parts) == 0:
+            report["acl_version"] = ".".join(str(part[0]) for part in parts)
+    if bound.present.get("aclrtGetSocName"):
+        report["soc_name"] = _ffi.string(bound.aclrtGetSocName()) or None
+    try:
+        report["device_count"] = hcclpy.device_count()
+    except hcclpy.HcclpyError as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        return report
+    for index in range(report["device_count"]):
+        entry: Dict[str, Any] = {"id": index}
+        try:
+            entry["free"], entry["total"] = hcclpy.Device(index).memory_info()
+        except hcclpy.HcclpyError as exc:
+            entry["error"] = str(exc)
+        report["devices"].append(entry)
+    return report
+
+
+def _size(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _columns(cells: List[str], indent: str, width: int) -> List[str]:
+    """``cells`` in as many left-aligned columns as fit in ``width``, filled row by row."""
+    if not cells:
+        return []
+    cell = max(len(text) for text in cells) + 2
+    per_line = max(1, (width - len(indent)) // cell)
+    return [indent + "".join(text.ljust(cell) for text in cells[start:start + per_line]).rstrip()
+            for start in range(0, len(cells), per_line)]
+
+
+def format_text(report: Dict[str, Any], width: Optional[int] = None) -> str:
+    """The report of :func:`collect` as text for a terminal ``width`` columns wide."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    python = report["python"]
+    lines = [f"hcclpy {report['hcclpy_version']} (Python {python['version']}, {python['executable']})"]
+
+    def field(name: str, value: Any) -> None:
+        lines.append(f"{name + ':':<16}{value}")
+
+    if report["environment"]:
+        field("environment", " ".join(f"{k}={v}" for k, v in report["environment"].items()))
+    if report["backend"] is None:
+        field("backend", "none: the libraries could not be loaded")
+        lines.append(report["error"] or "")
+        return "\n".join(lines)
+    field("backend", {"sim": "sim (the hcclpy CPU simulator)", "cann": "cann (Ascend CANN)"}.get(
+        report["backend"], report["backend"]))
+    for lib in report["libraries"]:
+        field(lib["name"], f"{lib['path']} (found via {lib['found_via']})")
+    field("AscendCL", f"version {report['acl_version'] or 'unknown (no aclrtGetVersion)'}, "
+          f"SoC {report['soc_name'] or 'unknown'}")
+    if report["device_count"] is not None:
+        field("devices", report["device_count"])
+        for device in report["devices"]:
+            state = (f"error: {device['error']}" if "error" in device
+                     else f"{_size(device['free'])} free of {_size(device['total'])}")
+            lines.append(f"  device {device['id']}: {state}")
+    functions, optional = report["functions"], report["optional_functions"]
+    present = [name for name in optional if functions.get(name)]
+    missing = [name for name in optional if not functions.get(name)]
+    required = len(functions) - len(optional)
+    field("functions", f"{required} required and {len(present)} of {len(optional)} optional C functions present")
+    lines.append("  present:")
+    lines.extend(_columns(present, "    ", width))
+    lines.append("  missing:" + ("" if missing else " none"))
+    lines.extend(_columns(missing, "    ", width))
+    sim = report["simulator"]
+    if sim is not None:
+        compiler = sim.get("compiler", {})
+        tree = os.path.dirname(os.path.dirname(report["libraries"][0]["path"])) if report["libraries"] else "?"
+        field("simulator", f"{tree} (build {sim.get('hash', '?')}, hcclpy {sim.get('hcclpy_version', '?')})")
+        lines.append(f"  compiler: {' '.join(compiler.get('command', []))}: {compiler.get('version', '?')}")
+        if sim.get("cflags"):
+            lines.append(f"  cflags:   {' '.join(sim['cflags'])}")
+    if report["error"] is not None:
+        lines.append(f"error: {report['error']}")
+    return "\n".join(lines)

@@ -1,0 +1,506 @@
+"""``hcclpy run``: start the ranks of a job on this machine, as ``torchrun`` does.
+
+::
+
+    hcclpy run -n 4 examples/allreduce.py                  # 4 ranks of a script
+    hcclpy run -n 2 -m mypackage.train --epochs 3          # a module, with its own arguments
+    hcclpy run -n 2 --nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500 train.py
+
+Every rank is a child process (``python script.py args...``) with the variables torchrun sets:
+``RANK`` (``node_rank * N + local rank``), ``WORLD_SIZE`` (``N * nnodes``), ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (the node rank), ``GROUP_WORLD_SIZE``,
+``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port the launcher
+picks when there is one node), plus ``HCCLPY_LAUNCHER=hcclpy-run``. :func:`hcclpy.init` reads
+them, so a script runs unchanged under ``hcclpy run``, torchrun, srun or mpirun. The rank variables
+of other launchers (Slurm, Open MPI, MPICH/PMI) are removed from the children's environment, so a
+job started inside an allocation sees only the ranks this launcher gives it.
+
+Output: each line a rank prints is shown prefixed with ``[rank] `` (stdout to stdout, stderr to
+stderr, a line at a time; bytes that are not UTF-8 are replaced, never fatal); ``--no-prefix``
+passes the ranks' output through untouched. ``PYTHONUNBUFFERED=1`` is set unless already set, so
+lines show up when they are printed.
+
+Ending: the launcher exits with 0 when every rank does. When a rank exits with a non-zero code or
+is killed, the others are stopped (SIGTERM to each rank's process group, SIGKILL after
+``--grace`` seconds) and the launcher exits with that rank's code (``128 + n`` for signal ``n``).
+SIGINT and SIGTERM sent to the launcher are forwarded to every rank (a second one kills them);
+the launcher then exits with ``128 + n``. ``--timeout`` stops everything after that many seconds
+and exits with 124. If the launcher itself is killed, the kernel kills the ranks (Linux
+parent-death signal), so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
+
+__all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "rank_environment", "run"]
+
+LAUNCHER = "hcclpy-run"
+EXIT_TIMEOUT = 124  # as coreutils timeout(1)
+DEFAULT_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
+
+# Variables through which other launchers tell a process its rank: a child of this launcher must
+# not see them (it would take an Open MPI or Slurm rank for its own).
+FOREIGN_RANK_VARIABLES = (
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS",
+)
+
+_READ_SIZE = 1 << 16
+_MAX_PENDING = 1 << 16  # a longer unterminated line is shown in pieces of this size
+_POLL = 0.05  # seconds between checks of the children while no output arrives
+_DRAIN = 1.0  # seconds to wait for output still in flight once every rank has exited
+
+
+# ------------------------------------------------------------------------------ command line
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``hcclpy run`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "run", help="start N local ranks of a script with a torchrun-compatible environment",
+        description="Start N ranks of a Python script (or module) on this machine, with the environment "
+        "variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), and show "
+        "their output prefixed with [rank]. If a rank fails, the others are stopped and its exit code is "
+        "returned; --timeout exits with 124.",
+        epilog="Everything after the script (or module) name is passed to it.")
+    parser.add_argument("-n", "--nproc-per-node", dest="nproc", type=_positive_int, default=1, metavar="N",
+                        help="ranks to start on this node (default 1)")
+    parser.add_argument("--nnodes", type=_positive_int, default=1, metavar="K",
+                        help="number of nodes, each running its own 'hcclpy run' (default 1)")
+    parser.add_argument("--node-rank", type=_non_negative_int, default=0, metavar="I",
+                        help="this node's index in 0..K-1 (default 0)")
+    parser.add_argument("--master-addr", default="127.0.0.1", metavar="A",
+                        help="address of the node hosting rank 0's rendezvous (default 127.0.0.1)")
+    parser.add_argument("--master-port", type=_port, default=None, metavar="P",
+                        help="port of that rendezvous; required with --nnodes > 1, else a free port is picked")
+    parser.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                        help="stop every rank after S seconds and exit with 124")
+    parser.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE, metavar="S",
+                        help=f"seconds between SIGTERM and SIGKILL when stopping ranks (default {DEFAULT_GRACE:g})")
+    parser.add_argument("--no-prefix", dest="prefix", action="store_false",
+                        help="pass the ranks' output through as it is, without [rank] prefixes")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("-m", "--module", action="store_true",
+                      help="the target is a module name, run as 'python -m module'")
+    kind.add_argument("--no-python", action="store_true",
+                      help="the target is an executable, run directly rather than with Python")
+    parser.add_argument("target", metavar="script.py | module | program", help="what each rank runs")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``hcclpy run`` with parsed arguments; return the launcher's exit status."""
+    parser: argparse.ArgumentParser = args.parser
+    if args.node_rank >= args.nnodes:
+        parser.error(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes}")
+    if args.nnodes > 1 and args.master_port is None:
+        parser.error("--master-port is required with --nnodes > 1: every node must use the same port")
+    if args.module:
+        command = [sys.executable, "-m", args.target, *args.args]
+    elif args.no_python:
+        command = [args.target, *args.args]
+    else:
+        if not os.path.isfile(args.target):
+            parser.error(f"{args.target}: no such file (use -m for a module, --no-python for a program)")
+        command = [sys.executable, args.target, *args.args]
+    port = args.master_port if args.master_port is not None else free_port(args.master_addr)
+    ranks = [RankSpec(local_rank=local, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
+                      master_addr=args.master_addr, master_port=port) for local in range(args.nproc)]
+    return launch(command, ranks, timeout=args.timeout, grace=args.grace, prefix=args.prefix)
+
+
+# ----------------------------------------------------------------------------- environment
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Where one local rank sits in the job: what its environment variables say."""
+
+    local_rank: int
+    nproc: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def rank(self) -> int:
+        """The global rank: ``node_rank * nproc + local_rank``."""
+        return self.node_rank * self.nproc + self.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """``nproc * nnodes``."""
+        return self.nproc * self.nnodes
+
+
+def rank_environment(spec: RankSpec, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of one rank: ``base`` (default ``os.environ``) without other launchers' rank
+    variables, plus the torchrun variables, ``HCCLPY_LAUNCHER`` and ``PYTHONUNBUFFERED=1`` (unless
+    ``base`` sets it).
+
+    Examples
+    --------
+    >>> env = rank_environment(RankSpec(1, 2, 1, 0, "127.0.0.1", 29500), {})
+    >>> env["RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]
+    ('1', '2', '29500')
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in FOREIGN_RANK_VARIABLES}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update({
+        "RANK": str(spec.rank), "WORLD_SIZE": str(spec.world_size),
+        "LOCAL_RANK": str(spec.local_rank), "LOCAL_WORLD_SIZE": str(spec.nproc),
+        "GROUP_RANK": str(spec.node_rank), "NODE_RANK": str(spec.node_rank), "GROUP_WORLD_SIZE": str(spec.nnodes),
+        "ROLE_RANK": str(spec.rank), "ROLE_WORLD_SIZE": str(spec.world_size),
+        "MASTER_ADDR": spec.master_addr, "MASTER_PORT": str(spec.master_port),
+        "HCCLPY_LAUNCHER": LAUNCHER,
+    })
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at ``host`` right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError:  # not an address of this machine, or not IPv4: any interface will do
+            sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------- launch
+
+def _exit_status(returncode: int) -> int:
+    """A child's return code as a shell reports it: ``128 + n`` for a child killed by signal ``n``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+def _parent_death_signal() -> Any:
+    """A ``preexec_fn`` that makes the kernel SIGKILL the child when the launcher dies (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+@dataclass
+class _Stream:
+    """One pipe from a rank to the launcher's stdout or stderr."""
+
+    prefix: str
+    out: BinaryIO
+    encoding: str
+    pending: bytes = b""
+
+    def feed(self, data: bytes) -> None:
+        """Show the complete lines of ``data`` (after what is pending); keep the rest."""
+        data = self.pending + data
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) >= _MAX_PENDING:
+            end = len(data)
+        self.pending = data[end:]
+        if end:
+            self._show(data[:end])
+
+    def close(self) -> None:
+        """Show what is pending as a last line."""
+        if self.pending:
+            data, self.pending = self.pending, b""
+            self._show(data)
+
+    def _show(self, data: bytes) -> None:
+        lines = data.decode("utf-8", "replace").split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        blob = "".join(f"{self.prefix}{line}\n" for line in lines).encode(self.encoding, "replace")
+        try:
+            self.out.write(blob)
+            self.out.flush()
+        except (BrokenPipeError, ValueError):  # our own reader went away: keep draining the ranks
+            pass
+
+
+def _binary(stream: Any) -> Tuple[BinaryIO, str]:
+    """The byte stream under a text stream, and the encoding to write to it."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return getattr(stream, "buffer", stream), encoding
+
+
+@dataclass
+class _Child:
+    rank: int
+    proc: "subprocess.Popen[bytes]"
+    returncode: Optional[int] = None
+
+
+class _Launch:
+    """The ranks of one launch, their output pipes, and how the launch is ending.
+
+    The signal handler (:meth:`on_signal`) runs on the main thread between two steps of
+    :meth:`wait`, so the state needs no lock.
+    """
+
+    def __init__(self, grace: float, prefix: bool) -> None:
+        self.children: List[_Child] = []
+        self.grace = grace
+        self.prefix = prefix
+        self.selector = selectors.DefaultSelector()
+        self.status: Optional[int] = None  # the exit status, once something decided it
+        self.signal: Optional[int] = None  # the signal the launcher received, if any
+        self.stopping = False
+        self.kill_at: Optional[float] = None  # when ranks still running get SIGKILL
+
+    # -- starting
+
+    def start(self, command: Sequence[str], ranks: Sequence[RankSpec], env: Optional[Mapping[str, str]]) -> None:
+        """Start one child per rank (stopping early on a signal or when a child cannot start)."""
+        streams = [_binary(sys.stdout), _binary(sys.stderr)]
+        pipe = subprocess.PIPE if self.prefix else None
+        preexec = _parent_death_signal()
+        for spec in ranks:
+            if self.signal is not None:
+                return
+            try:
+                # A session of its own: a terminal's Ctrl-C reaches the launcher only, which forwards
+                # it once, and stopping a rank stops the processes it started too.
+                proc = subprocess.Popen(list(command), env=rank_environment(spec, env), stdin=subprocess.DEVNULL,
+                                        stdout=pipe, stderr=pipe, start_new_session=True, preexec_fn=preexec)
+            except OSError as exc:
+                _message(f"cannot start rank {spec.rank}: {command[0]}: {exc.strerror or exc}")
+                self.status = 127
+                self.stop()
+                return
+            self.children.append(_Child(spec.rank, proc))
+            if self.prefix:
+                for pipe_file, (out, encoding) in zip((proc.stdout, proc.stderr), streams):
+                    os.set_blocking(pipe_file.fileno(), False)
+                    self.selector.register(pipe_file, selectors.EVENT_READ, _Stream(f"[{spec.rank}] ", out, encoding))
+
+    # -- stopping
+
+    def running(self) -> List[_Child]:
+        return [child for child in self.children if child.returncode is None]
+
+    def send(self, signum: int) -> None:
+        """Send ``signum`` to the process group of every rank still running."""
+        for child in self.running():
+            try:
+                os.killpg(child.proc.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to every rank now, SIGKILL after the grace period."""
+        self.stopping = True
+        self.send(signum)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + self.grace
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.signal is not None:  # a second signal: no more grace
+            self.send(signal.SIGKILL)
+            return
+        self.signal = signum
+        self.stop(signum)
+
+    # -- waiting
+
+    def wait(self, timeout: Optional[float]) -> None:
+        """Show the ranks' output until all have exited, stopping them on a failure or at ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        drain_until: Optional[float] = None
+        while True:
+            now = time.monotonic()
+            pause = min(t - now for t in (now + _POLL, deadline, self.kill_at) if t is not None)
+            self._show_output(max(0.0, pause))
+            self._reap()
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and not self.stopping and self.running():
+                _message(f"timed out after {timeout:g} s; stopping {len(self.running())} rank(s)")
+                self.status = EXIT_TIMEOUT
+                self.stop()
+            if self.kill_at is not None and now >= self.kill_at:
+                if self.running():
+                    _message(f"{len(self.running())} rank(s) still running after {self.grace:g} s; sending SIGKILL")
+                    self.send(signal.SIGKILL)
+                self.kill_at = None
+            if not self.running():
+                drain_until = drain_until or now + _DRAIN
+                if not self.selector.get_map() or now >= drain_until:
+                    return
+
+    def _show_output(self, timeout: float) -> None:
+        if not self.selector.get_map():
+            time.sleep(timeout)
+            return
+        for key, _ in self.selector.select(timeout):
+            _read(self.selector, key)
+
+    def _reap(self) -> None:
+        for child in self.running():
+            code = child.proc.poll()
+            if code is None:
+                continue
+            child.returncode = code
+            if code != 0 and not self.stopping:  # the first failure; later exits are our doing
+                others = len(self.running())
+                _message(f"rank {child.rank} {_describe(code)}" + (f"; stopping the other {others} rank(s)"
+                                                                    if others else ""))
+                self.status = _exit_status(code)
+                self.stop()
+
+    def close(self) -> None:
+        """Show what the pipes still hold and close them; kill ranks left running (after an error here)."""
+        for key in list(self.selector.get_map().values()):  # held open by processes the ranks left behind
+            if not _read(self.selector, key, drain=True):
+                _close(self.selector, key)
+        self.selector.close()
+        for child in self.running():
+            child.proc.kill()
+            child.proc.wait()
+
+    def exit_status(self) -> int:
+        if self.status is not None:
+            return self.status
+        return 128 + self.signal if self.signal is not None else 0
+
+
+def _message(text: str) -> None:
+    print(f"hcclpy run: {text}", file=sys.stderr, flush=True)
+
+
+def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Optional[float] = None,
+           grace: float = DEFAULT_GRACE, prefix: bool = True, env: Optional[Mapping[str, str]] = None) -> int:
+    """Run ``command`` once per rank of ``ranks`` and wait for all of them.
+
+    Parameters
+    ----------
+    command
+        The program and its arguments, e.g. ``[sys.executable, "train.py", "--lr", "0.1"]``.
+    ranks
+        One :class:`RankSpec` per local rank; each child gets :func:`rank_environment` of it.
+    timeout
+        Seconds after which every rank is stopped; None waits as long as they run.
+    grace
+        Seconds between SIGTERM and SIGKILL when stopping ranks.
+    prefix
+        Prefix each output line with ``[rank] ``; False lets the ranks write to the launcher's
+        stdout and stderr directly.
+    env
+        The base environment; default ``os.environ``.
+
+    Returns
+    -------
+    int
+        0 if every rank exited with 0; else the exit status of the first rank that failed
+        (``128 + n`` for signal ``n``), 124 on timeout, ``128 + n`` when the launcher received
+        signal ``n``, 127 when the program cannot be started.
+
+    Examples
+    --------
+    >>> specs = [RankSpec(i, 2, 1, 0, "127.0.0.1", free_port()) for i in range(2)]
+    >>> launch([sys.executable, "-c", "import os; print(os.environ['RANK'])"], specs)  # doctest: +SKIP
+    [0] 0
+    [1] 1
+    0
+    """
+    state = _Launch(grace, prefix)
+    handlers: Dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, state.on_signal)
+    try:
+        state.start(command, ranks, env)
+        state.wait(timeout)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        state.close()
+    return state.exit_status()
+
+
+def _read(selector: selectors.BaseSelector, key: selectors.SelectorKey, *, drain: bool = False) -> bool:
+    """Show what a rank's pipe holds (once, or with ``drain`` until it is empty); close it at EOF.
+    Return whether it was closed."""
+    while True:
+        try:
+            data = os.read(key.fd, _READ_SIZE)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            _close(selector, key)
+            return True
+        key.data.feed(data)
+        if not drain:
+            return False
+
+
+def _close(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+    key.data.close()
+    selector.unregister(key.fileobj)
+    key.fileobj.close()

@@ -1,0 +1,131 @@
+"""``hcclpy info``: the text report, ``--json``, and a report when the libraries cannot be loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+import hcclpy
+from hcclpy.cli.info import format_text
+
+TIMEOUT = 120  # seconds; the first call may build the simulator
+
+
+def hcclpy_info(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hcclpy", "info", *args], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT)
+
+
+def sim_only_env(**extra: str) -> Dict[str, str]:
+    """The environment with hcclpy pointed at the simulator, whatever is installed."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "HCCLPY_LIBASCENDCL", "HCCLPY_LIBHCCL",
+                        "HCCL_SO_PATH", "ASCEND_RT_VISIBLE_DEVICES")}
+    return {**env, "HCCLPY_BACKEND": "sim", **extra}
+
+
+@pytest.fixture(scope="module")
+def report(sim_home) -> dict:
+    result = hcclpy_info("--json", env=sim_only_env(HCCLPY_SIM_DEVICES="3", HCCLPY_SIM_DEVICE_MEMORY="64M"))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_json_report_on_the_simulator(report, sim_home):
+    assert report["hcclpy_version"] == hcclpy.__version__
+    assert report["python"]["executable"] == sys.executable
+    assert report["backend"] == "sim"
+    assert report["error"] is None
+    names = [lib["name"] for lib in report["libraries"]]
+    assert names == ["libascendcl.so", "libhccl.so"]
+    for lib in report["libraries"]:
+        assert Path(lib["path"]).is_file()
+        assert Path(lib["path"]).resolve().parent == (sim_home / "lib64").resolve()
+        assert lib["found_via"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", report["acl_version"])
+    assert report["soc_name"]
+    assert report["device_count"] == 3
+    assert report["devices"] == [{"id": i, "free": 64 << 20, "total": 64 << 20} for i in range(3)]
+    assert report["environment"]["HCCLPY_SIM_DEVICES"] == "3"
+
+
+def test_json_capability_table(report):
+    functions = report["functions"]
+    assert functions["HcclAllReduce"] is True and functions["aclrtSetDevice"] is True
+    assert all(isinstance(value, bool) for value in functions.values())
+    optional = report["optional_functions"]
+    assert "HcclAllGatherV" in optional and "HcclAllReduce" not in optional
+    assert set(optional) <= set(functions)
+
+
+def test_json_simulator_build(report, sim_home):
+    build = json.loads((sim_home / "BUILD_INFO.json").read_text())
+    assert report["simulator"] == build
+
+
+def test_text_report(sim_home):
+    result = hcclpy_info(env=sim_only_env(HCCLPY_SIM_DEVICES="2", HCCLPY_SIM_DEVICE_MEMORY="1G"))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert text.startswith(f"hcclpy {hcclpy.__version__} (Python ")
+    assert re.search(r"^backend: +sim \(the hcclpy CPU simulator\)$", text, re.M)
+    assert re.search(rf"^libhccl\.so: +{re.escape(str(sim_home.resolve()))}/lib64/libhccl\.so \(found via ", text,
+                     re.M)
+    assert re.search(r"^AscendCL: +version \d+\.\d+\.\d+, SoC \S+", text, re.M)
+    assert re.search(r"^devices: +2$", text, re.M)
+    assert "  device 1: 1.0 GiB free of 1.0 GiB" in text
+    assert re.search(r"^functions: +\d+ required and \d+ of \d+ optional C functions present$", text, re.M)
+    assert "HcclAllGatherV" in text
+    assert re.search(rf"^simulator: +{re.escape(str(sim_home.resolve()))} \(build ", text, re.M)
+    assert "SimulatorFallbackWarning" not in result.stderr
+
+
+def test_console_script(sim_home):
+    program = shutil.which("hcclpy")
+    if program is None:
+        pytest.skip("the hcclpy console script is not installed (pip install -e .)")
+    result = subprocess.run([program, "info", "--json"], capture_output=True, text=True, env=sim_only_env(),
+                            timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["backend"] == "sim"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_libraries_that_cannot_load_are_reported(as_json):
+    env = {**sim_only_env(), "HCCLPY_BACKEND": "no-such-backend"}
+    result = hcclpy_info(*(["--json"] if as_json else []), env=env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    if as_json:
+        data = json.loads(result.stdout)
+        assert data["backend"] is None and "no-such-backend" in data["error"]
+        assert data["hcclpy_version"] == hcclpy.__version__
+    else:
+        assert "backend:        none: the libraries could not be loaded" in result.stdout
+        assert "no-such-backend" in result.stdout
+
+
+def test_format_text_lists_missing_functions():
+    report = {
+        "hcclpy_version": "9.9", "python": {"version": "3.x", "executable": "python"}, "environment": {},
+        "backend": "cann", "libraries": [{"name": "libhccl.so", "path": "/opt/lib64/libhccl.so", "found_via": "x"}],
+        "acl_version": None, "soc_name": None, "device_count": 1, "devices": [{"id": 0, "error": "busy"}],
+        "functions": {"HcclAllReduce": True, "HcclAllGatherV": False, "HcclBarrier": True},
+        "optional_functions": ["HcclAllGatherV", "HcclBarrier"], "simulator": None, "error": None,
+    }
+    text = format_text(report, width=80)
+    assert "backend:        cann (Ascend CANN)" in text
+    assert "AscendCL:       version unknown (no aclrtGetVersion), SoC unknown" in text
+    assert "  device 0: error: busy" in text
+    assert "1 required and 1 of 2 optional C functions present" in text
+    present, missing = text.split("  missing:")
+    assert "HcclBarrier" in present and "HcclAllGatherV" in missing
+    assert "simulator:" not in text

@@ -1,0 +1,381 @@
+"""``hcclpy run``: environment, output prefixes, failure propagation, timeouts and signals.
+
+Every launcher runs as a subprocess with a timeout, and the rank scripts are plain Python (no
+hcclpy import) unless a test is about hcclpy itself, so these tests are quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+from hcclpy.cli import main
+from hcclpy.cli.run import FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, rank_environment
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 60  # seconds any launcher may take; the tests expect far less
+LINE = re.compile(r"^\[(\d+)\] (.*)$")
+
+
+def hcclpy_run(*args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
+               timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """``python -m hcclpy run ARGS`` to completion, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "hcclpy", "run", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+def start_run(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    """``python -m hcclpy run ARGS`` in the background (in its own session, as from a shell)."""
+    return subprocess.Popen([sys.executable, "-m", "hcclpy", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def by_rank(text: str) -> Dict[int, List[str]]:
+    """The lines of prefixed output, grouped by rank; every line must carry a prefix."""
+    lines: Dict[int, List[str]] = {}
+    for line in text.splitlines():
+        match = LINE.match(line)
+        assert match, f"line without a [rank] prefix: {line!r}"
+        lines.setdefault(int(match.group(1)), []).append(match.group(2))
+    return lines
+
+
+def script(tmp_path: Path, body: str, name: str = "rank.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves behind, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def wait_for_files(paths: Sequence[Path], timeout: float = 30.0) -> None:
+    assert wait_for(lambda: all(p.exists() for p in paths), timeout), \
+        f"ranks did not start: missing {[str(p) for p in paths if not p.exists()]}"
+
+
+ENV_DUMP = """
+    import json, os, sys
+    print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))
+    print("on stderr from", os.environ["RANK"], file=sys.stderr)
+"""
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+# ----------------------------------------------------------------------------- environment
+
+def test_every_rank_gets_the_torchrun_variables_and_prefixed_output(tmp_path):
+    names = TORCHRUN_VARIABLES + ("HCCLPY_LAUNCHER", "PYTHONUNBUFFERED")
+    result = hcclpy_run("-n", "3", script(tmp_path, ENV_DUMP), *names)
+    assert result.returncode == 0, result.stderr
+    out = by_rank(result.stdout)
+    assert sorted(out) == [0, 1, 2]
+    ports = set()
+    for rank, lines in out.items():
+        env = json.loads(lines[0])
+        assert env["RANK"] == env["LOCAL_RANK"] == env["ROLE_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "3"
+        assert env["GROUP_RANK"] == env["NODE_RANK"] == "0" and env["GROUP_WORLD_SIZE"] == "1"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["HCCLPY_LAUNCHER"] == LAUNCHER == "hcclpy-run"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        ports.add(env["MASTER_PORT"])
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536, "one free port for the whole job"
+    # stderr stays on stderr, prefixed too.
+    assert by_rank(result.stderr) == {r: [f"on stderr from {r}"] for r in range(3)}
+
+
+def test_multi_node_ranks_and_explicit_rendezvous(tmp_path):
+    result = hcclpy_run("-n", "2", "--nnodes", "3", "--node-rank", "2", "--master-addr", "10.1.2.3",
+                        "--master-port", "29999", script(tmp_path, ENV_DUMP), *TORCHRUN_VARIABLES)
+    assert result.returncode == 0, result.stderr
+    out = by_rank(result.stdout)
+    assert sorted(out) == [4, 5]  # node_rank * N + local rank
+    for rank, lines in out.items():
+        env = json.loads(lines[0])
+        assert env == {"RANK": str(rank), "WORLD_SIZE": "6", "LOCAL_RANK": str(rank - 4), "LOCAL_WORLD_SIZE": "2",
+                       "GROUP_RANK": "2", "NODE_RANK": "2", "GROUP_WORLD_SIZE": "3", "ROLE_RANK": str(rank),
+                       "ROLE_WORLD_SIZE": "6", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29999"}
+
+
+def test_other_launchers_rank_variables_are_removed(tmp_path):
+    env = {**os.environ, "SLURM_PROCID": "7", "OMPI_COMM_WORLD_RANK": "7", "PMI_RANK": "7", "PYTHONUNBUFFERED": "x",
+           "UNRELATED_VARIABLE": "kept"}
+    result = hcclpy_run("-n", "1", script(tmp_path, ENV_DUMP), "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                        "PYTHONUNBUFFERED", "UNRELATED_VARIABLE", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(by_rank(result.stdout)[0][0]) == {
+        "SLURM_PROCID": None, "OMPI_COMM_WORLD_RANK": None, "PMI_RANK": None, "PYTHONUNBUFFERED": "x",
+        "UNRELATED_VARIABLE": "kept"}
+
+
+def test_rank_environment_function():
+    base = {"PATH": "/bin", "SLURM_PROCID": "3", "RANK": "99"}
+    env = rank_environment(RankSpec(local_rank=1, nproc=4, nnodes=2, node_rank=1, master_addr="h", master_port=5),
+                           base)
+    assert env["RANK"] == "5" and env["WORLD_SIZE"] == "8" and env["LOCAL_RANK"] == "1"
+    assert env["PATH"] == "/bin" and "SLURM_PROCID" not in env
+    assert base == {"PATH": "/bin", "SLURM_PROCID": "3", "RANK": "99"}, "the base is not modified"
+    assert set(FOREIGN_RANK_VARIABLES).isdisjoint(env)
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+# ------------------------------------------------------------------------- command forms
+
+def test_module_form_passes_arguments(tmp_path):
+    (tmp_path / "mymodule.py").write_text("import os, sys\nprint(os.environ['RANK'], sys.argv[1:])\n")
+    result = hcclpy_run("-n", "2", "-m", "mymodule", "--flag", "value", "-n", "9", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert by_rank(result.stdout) == {0: ["0 ['--flag', 'value', '-n', '9']"], 1: ["1 ['--flag', 'value', '-n', '9']"]}
+
+
+def test_script_arguments_that_look_like_launcher_options(tmp_path):
+    path = script(tmp_path, "import sys\nprint(sys.argv[1:])\n")
+    result = hcclpy_run("-n", "1", path, "-n", "5", "--timeout", "x", "--", "-m")
+    assert result.returncode == 0, result.stderr
+    assert by_rank(result.stdout) == {0: ["['-n', '5', '--timeout', 'x', '--', '-m']"]}
+
+
+def test_no_python_runs_a_program():
+    result = hcclpy_run("-n", "2", "--no-python", sys.executable, "-c", "import os; print('rank', os.environ['RANK'])")
+    assert result.returncode == 0, result.stderr
+    assert by_rank(result.stdout) == {0: ["rank 0"], 1: ["rank 1"]}
+
+
+def test_no_prefix_passes_output_through(tmp_path):
+    result = hcclpy_run("-n", "2", "--no-prefix", script(tmp_path, "import os\nprint('plain', os.environ['RANK'])\n"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["plain 0", "plain 1"]
+
+
+def test_output_is_binary_safe_and_split_into_lines(tmp_path):
+    body = """
+        import sys
+        out = sys.stdout.buffer
+        out.write(b"caf\\xc3\\xa9 ok\\n")
+        out.write(b"bad \\xff\\xfe byte\\n")
+        out.write(b"x" * 200000)  # a long line without a newline, then no final newline
+        out.flush()
+    """
+    result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "1", script(tmp_path, body)],
+                            capture_output=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode("utf-8").splitlines()
+    assert lines[0] == "[0] café ok"
+    assert lines[1] == "[0] bad \ufffd\ufffd byte"
+    assert all(line.startswith("[0] ") for line in lines[2:])
+    assert sum(len(line) - 4 for line in lines[2:]) == 200000
+
+
+def test_usage_errors(tmp_path):
+    path = script(tmp_path, "pass\n")
+    assert hcclpy_run("-n", "2", "--nnodes", "2", path).returncode == 2, "--master-port is required"
+    assert hcclpy_run("--nnodes", "2", "--node-rank", "2", "--master-port", "1234", path).returncode == 2
+    assert hcclpy_run("-n", "0", path).returncode == 2
+    assert hcclpy_run("--timeout", "-1", path).returncode == 2
+    assert hcclpy_run("-m", "--no-python", "x").returncode == 2
+    missing = hcclpy_run("-n", "1", str(tmp_path / "missing.py"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_program_that_cannot_start_exits_127(tmp_path):
+    result = hcclpy_run("-n", "2", "--no-python", str(tmp_path / "no-such-program"))
+    assert result.returncode == 127
+    assert "cannot start rank 0" in result.stderr
+
+
+def test_main_in_process(capsys, tmp_path):
+    code = main(["run", "-n", "2", script(tmp_path, "import os\nprint('hello from', os.environ['RANK'])\n")])
+    assert code == 0
+    assert by_rank(capsys.readouterr().out) == {0: ["hello from 0"], 1: ["hello from 1"]}
+
+
+# -------------------------------------------------------------------------------- endings
+
+def test_failing_rank_stops_the_others_and_sets_the_exit_code(tmp_path):
+    body = f"""
+        import os, subprocess, sys, time
+        rank = int(os.environ["RANK"])
+        if rank == 1:
+            time.sleep(0.5)
+            sys.exit(3)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open(os.path.join({str(tmp_path)!r}, f"pid.{{rank}}"), "w").write(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(60)
+    """
+    start = time.monotonic()
+    result = hcclpy_run("-n", "3", script(tmp_path, body))
+    assert result.returncode == 3
+    assert time.monotonic() - start < 30, "the other ranks were stopped, not waited for"
+    assert "rank 1 exited with code 3; stopping the other 2 rank(s)" in result.stderr
+    for rank in (0, 2):
+        pids = [int(p) for p in (tmp_path / f"pid.{rank}").read_text().split()]
+        # The rank and the process it started: SIGTERM goes to the rank's whole process group.
+        assert wait_for(lambda pids=pids: not any(alive(pid) for pid in pids), 10), \
+            f"rank {rank} left processes behind"
+
+
+def test_rank_killed_by_a_signal_gives_128_plus_signal(tmp_path):
+    body = """
+        import os, signal, time
+        if os.environ["RANK"] == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    """
+    result = hcclpy_run("-n", "2", script(tmp_path, body))
+    assert result.returncode == 128 + signal.SIGKILL
+    assert "rank 0 was killed by SIGKILL" in result.stderr
+
+
+def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    body = """
+        import os, signal, sys, time
+        if os.environ["RANK"] == "0":
+            time.sleep(1)
+            sys.exit(5)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """
+    start = time.monotonic()
+    result = hcclpy_run("-n", "2", "--grace", "1", script(tmp_path, body))
+    assert result.returncode == 5
+    assert time.monotonic() - start < 20
+    assert "sending SIGKILL" in result.stderr
+
+
+def test_timeout_stops_everything_with_124(tmp_path):
+    body = "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
+    start = time.monotonic()
+    result = hcclpy_run("-n", "2", "--timeout", "2", script(tmp_path, body))
+    assert result.returncode == 124
+    assert time.monotonic() - start < 20
+    assert "timed out after 2 s" in result.stderr
+    assert by_rank(result.stdout) == {0: ["started"], 1: ["started"]}
+
+
+def test_success_is_not_affected_by_timeout(tmp_path):
+    result = hcclpy_run("-n", "2", "--timeout", "30", script(tmp_path, "print('done')\n"))
+    assert result.returncode == 0 and by_rank(result.stdout) == {0: ["done"], 1: ["done"]}
+
+
+SIGNAL_AWARE = """
+    import os, signal, sys, time
+    def stop(signum, frame):
+        print("got", signal.Signals(signum).name, flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    open(os.path.join({tmp!r}, "ready." + os.environ["RANK"]), "w").close()
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_are_forwarded_to_every_rank(tmp_path, signum):
+    launcher = start_run("-n", "3", script(tmp_path, SIGNAL_AWARE.format(tmp=str(tmp_path))))
+    try:
+        wait_for_files([tmp_path / f"ready.{r}" for r in range(3)])
+        launcher.send_signal(signum)
+        stdout, stderr = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 128 + signum, stderr
+    name = signal.Signals(signum).name
+    assert by_rank(stdout) == {r: [f"got {name}"] for r in range(3)}
+
+
+def test_second_signal_kills_at_once(tmp_path):
+    body = f"""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends these ranks
+        open(os.path.join({str(tmp_path)!r}, "ready." + os.environ["RANK"]), "w").close()
+        time.sleep(60)
+    """
+    launcher = start_run("-n", "2", "--grace", "50", script(tmp_path, body))
+    try:
+        wait_for_files([tmp_path / f"ready.{r}" for r in range(2)])
+        launcher.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        start = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=TIMEOUT)
+        assert time.monotonic() - start < 20, "the second signal did not wait for the 50 s grace period"
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 128 + signal.SIGTERM
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_ranks_die_with_a_killed_launcher(tmp_path):
+    body = f"""
+        import os, time
+        open(os.path.join({str(tmp_path)!r}, "ready." + os.environ["RANK"]), "w").write(str(os.getpid()))
+        time.sleep(60)
+    """
+    launcher = start_run("-n", "2", script(tmp_path, body))
+    try:
+        wait_for_files([tmp_path / f"ready.{r}" for r in range(2)])
+        pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
+        launcher.kill()  # SIGKILL: the launcher cannot forward anything
+        launcher.communicate(timeout=TIMEOUT)
+        assert wait_for(lambda: not any(alive(pid) for pid in pids), 10), "ranks outlived the launcher"
+    finally:
+        launcher.kill()
+
+
+# ------------------------------------------------------------------------- with hcclpy itself
+
+def test_two_simulated_nodes_form_one_world():
+    """Two launchers on one machine, each a 'node' of 2 ranks (HCCLPY_SIM_NODE tells the
+    simulator they are different hosts, so both may use devices 0 and 1)."""
+    port = str(free_port())
+    nodes = [start_run("-n", "2", "--nnodes", "2", "--node-rank", str(node), "--master-port", port, "--timeout",
+                       str(TIMEOUT), str(REPO / "examples" / "allreduce.py"),
+                       env={**os.environ, "HCCLPY_SIM_NODE": f"node{node}"}) for node in (0, 1)]
+    outputs = []
+    try:
+        for launcher in nodes:
+            outputs.append(launcher.communicate(timeout=TIMEOUT + 30))
+    finally:
+        for launcher in nodes:
+            launcher.kill()
+    for node, (launcher, (stdout, stderr)) in enumerate(zip(nodes, outputs)):
+        assert launcher.returncode == 0, f"node {node}:\n{stdout}\n{stderr}"
+        lines = by_rank(stdout)
+        assert sorted(lines) == [2 * node, 2 * node + 1]
+        for rank, text in lines.items():
+            assert text == [f"rank {rank} of 4: [0.0, 4.0, 8.0, 12.0] OK"]
