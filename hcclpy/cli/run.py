@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -320,13 +321,18 @@ class _Launch:
         streams = [_binary(sys.stdout), _binary(sys.stderr)]
         pipe = subprocess.PIPE if self.prefix else None
         preexec = _parent_death_signal()
+        base = dict(os.environ if env is None else env)
+        if all(spec.nnodes == 1 for spec in ranks):
+            # One node: the ranks share a fresh secret for hcclpy.init's rendezvous (with several
+            # nodes each launcher would pick its own, so the user sets it for the whole job).
+            base.setdefault("HCCLPY_RENDEZVOUS_TOKEN", secrets.token_hex(16))
         for spec in ranks:
             if self.signal is not None:
                 return
             try:
                 # A session of its own: a terminal's Ctrl-C reaches the launcher only, which forwards
                 # it once, and stopping a rank stops the processes it started too.
-                proc = subprocess.Popen(list(command), env=rank_environment(spec, env), stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(list(command), env=rank_environment(spec, base), stdin=subprocess.DEVNULL,
                                         stdout=pipe, stderr=pipe, start_new_session=True, preexec_fn=preexec)
             except OSError as exc:
                 _message(f"cannot start rank {spec.rank}: {command[0]}: {exc.strerror or exc}")
