@@ -6,7 +6,7 @@ do not depend on how a communicator was created.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict
 
 from . import _ffi
 from .runtime import Device
@@ -18,7 +18,7 @@ class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
     __slots__ = ("__weakref__", "_handle", "_api", "_rank", "_size", "_device", "_device_id", "_name", "_closed_by",
-                 "_host_state")
+                 "_host_state", "_default_stream", "_vector_cache", "_packed_cache")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
@@ -30,6 +30,9 @@ class CommCore:
         self._name = name
         self._closed_by = ""
         self._host_state: Any = None  # staging for NumPy arrays, created on first use (hcclpy.host)
+        self._default_stream: Any = None  # the device's default stream, looked up on first use
+        self._vector_cache: Dict[Any, Any] = {}  # count vectors already checked and converted to C
+        self._packed_cache: Dict[Any, Any] = {}  # packed displacements of those counts
 
     @property
     def rank(self) -> int:

@@ -27,7 +27,7 @@ from .rendezvous import RendezvousServer, fetch_root_info, job_token
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count
 
-__all__ = ["LaunchInfo", "detect_launch", "init", "shutdown", "world"]
+__all__ = ["LaunchInfo", "detect_launch", "first_host", "init", "shutdown", "world"]
 
 DEFAULT_PORT = 29500
 
@@ -63,6 +63,22 @@ def _port(env: Mapping[str, str], job_id: str) -> int:
     return DEFAULT_PORT + 1 + zlib.crc32(job_id.encode()) % 20000 if job_id else DEFAULT_PORT
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``"gpu[003-008,011],cpu1"`` gives ``"gpu003"``."""
+    first, depth = "", 0
+    for char in nodelist:
+        if char == "," and depth == 0:
+            break
+        depth += char == "["
+        depth -= char == "]"
+        first += char
+    if "[" not in first:
+        return first
+    prefix, rest = first.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
 def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
     """Read rank, sizes and rendezvous address from the environment (see the module docstring)."""
     env = os.environ if env is None else env
@@ -81,7 +97,10 @@ def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
         local_size = _int_env(env, local_size_var) if local_size_var else None
         job_id = env.get(job_var, "") if job_var else ""
         if launcher == "slurm":
-            master = env.get("MASTER_ADDR") or env.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1"
+            # Rank 0 runs on the first node of the allocation (the launch node may be a login node).
+            nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+            master = (env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else None)
+                      or env.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1")
         else:
             master = env.get("MASTER_ADDR") or "127.0.0.1"
         return LaunchInfo(rank, size, rank if local is None else local, size if local_size is None else local_size,
@@ -98,21 +117,29 @@ def world() -> Optional[Communicator]:
     return _world
 
 
-def _exchange_by_file(path: str, rank: int, device: Device, timeout: float) -> RootInfo:
+_FILE_MAGIC = b"HCCLPYRF"
+_STARTED = time.time()  # files older than this process (with some slack) come from an earlier job
+_STALE_SLACK = 60.0
+
+
+def _exchange_by_file(path: str, rank: int, device: Device, timeout: float, token: bytes) -> RootInfo:
     if rank == 0:
         info = RootInfo.generate(device)
         directory = os.path.dirname(os.path.abspath(path)) or "."
         with tempfile.NamedTemporaryFile(dir=directory, delete=False) as handle:
-            handle.write(info.to_bytes())
+            handle.write(_FILE_MAGIC + token + info.to_bytes())
         os.replace(handle.name, path)  # readers never see a partial file
         return info
     deadline = time.monotonic() + timeout
+    header = _FILE_MAGIC + token
     while True:
         try:
             with open(path, "rb") as handle:
                 data = handle.read()
-            if len(data) == ROOT_INFO_BYTES:
-                return RootInfo(data)
+                fresh = os.fstat(handle.fileno()).st_mtime >= _STARTED - _STALE_SLACK
+            # A file another job left behind (other token, or older than this process) is ignored.
+            if fresh and len(data) == len(header) + ROOT_INFO_BYTES and data.startswith(header):
+                return RootInfo(data[len(header):])
         except FileNotFoundError:
             pass
         if time.monotonic() > deadline:
@@ -183,7 +210,8 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
             payload = RootInfo.generate(dev).to_bytes() if rank == 0 else None
             comm = Communicator(world_size, RootInfo(mpi_comm.bcast(payload, root=0)), rank, config=config, device=dev)
         elif store_path is not None:
-            info = _exchange_by_file(store_path, rank, dev, timeout)
+            info = _exchange_by_file(store_path, rank, dev, timeout,
+                                     job_token(launch.master_addr, launch.master_port))
             comm = Communicator(world_size, info, rank, config=config, device=dev)
             if rank == 0:  # every rank has joined, so every rank has read it
                 os.unlink(store_path)
@@ -194,7 +222,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
 
 
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
-    token = job_token(launch.master_addr, launch.master_port, world_size)
+    token = job_token(launch.master_addr, launch.master_port)
     if rank == 0:
         info = RootInfo.generate(dev)
         server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), timeout)

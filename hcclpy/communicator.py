@@ -14,8 +14,7 @@ from ._comm_core import CommCore
 from .config import CommConfig
 from .errors import HcclError, HcclResult
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
-from .runtime import Device, Stream, device_count, empty
-from .types import ReduceOp
+from .runtime import Device, device_count, empty
 
 __all__ = ["Communicator"]
 
@@ -303,116 +302,21 @@ class Communicator(CommCore):
 
     # ------------------------------------------------------------------------- operations
     #
-    # Device buffers go to hcclpy.collectives (asynchronous, on ``stream``); NumPy arrays go to
-    # hcclpy.host (staged through the device, blocking, returning arrays).
+    # The functions of hcclpy.collectives, as methods: device buffers are queued on ``stream``;
+    # NumPy arrays are staged by hcclpy.host (blocking, returning arrays).
 
-    def all_reduce(self, send: Any, recv: Any = None, op: Any = ReduceOp.SUM, *, stream: Optional[Stream] = None,
-                   out: Any = None) -> Any:
-        """Reduce across ranks; every rank gets the result. See :func:`hcclpy.collectives.all_reduce`
-        (device buffers; ``recv=None`` reduces in place) and :func:`hcclpy.host.all_reduce` (NumPy:
-        returns a new array, or writes ``out``/``recv``)."""
-        if type(send) is np.ndarray:
-            return host.all_reduce(self, send, recv if out is None else out, op)
-        return collectives.all_reduce(self, send, recv, op, stream=stream)
-
-    def broadcast(self, buf: Any, root: int = 0, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
-        """``root``'s buffer to every rank (device: in place; NumPy: a new array or ``out``)."""
-        if type(buf) is np.ndarray:
-            return host.broadcast(self, buf, root, out)
-        return collectives.broadcast(self, buf, root, stream=stream)
-
-    def reduce(self, send: Any, recv: Any = None, op: Any = ReduceOp.SUM, root: int = 0, *,
-               stream: Optional[Stream] = None, out: Any = None) -> Any:
-        """Reduce across ranks onto ``root`` (result there, None elsewhere)."""
-        if type(send) is np.ndarray:
-            return host.reduce(self, send, recv if out is None else out, op, root)
-        return collectives.reduce(self, send, recv, op, root, stream=stream)
-
-    def all_gather(self, send: Any, recv: Any = None, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
-        """Every rank's buffer, in rank order (NumPy: stacked on a new first axis)."""
-        if type(send) is np.ndarray:
-            return host.all_gather(self, send, recv if out is None else out)
-        return collectives.all_gather(self, send, recv, stream=stream)
-
-    def all_gather_v(self, send: Any, recv: Any, recv_counts: Sequence[int] = None,
-                     recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None) -> Any:
-        """Uneven all-gather. NumPy form: ``all_gather_v(array, recv_counts)``."""
-        if type(send) is np.ndarray:
-            counts = recv if recv_counts is None else recv_counts
-            return host.all_gather_v(self, send, counts, None if recv_counts is None else recv, recv_displs)
-        return collectives.all_gather_v(self, send, recv, recv_counts, recv_displs, stream=stream)
-
-    def reduce_scatter(self, send: Any, recv: Any = None, op: Any = ReduceOp.SUM, *,
-                       stream: Optional[Stream] = None, out: Any = None) -> Any:
-        """Reduce across ranks; rank ``r`` gets block ``r``."""
-        if type(send) is np.ndarray:
-            return host.reduce_scatter(self, send, recv if out is None else out, op)
-        return collectives.reduce_scatter(self, send, recv, op, stream=stream)
-
-    def reduce_scatter_v(self, send: Any, recv: Any, send_counts: Sequence[int] = None,
-                         send_displs: Optional[Sequence[int]] = None, op: Any = ReduceOp.SUM, *,
-                         stream: Optional[Stream] = None) -> Any:
-        """Uneven reduce-scatter. NumPy form: ``reduce_scatter_v(array, send_counts)``."""
-        if type(send) is np.ndarray:
-            counts = recv if send_counts is None else send_counts
-            return host.reduce_scatter_v(self, send, counts, None if send_counts is None else recv, op, send_displs)
-        return collectives.reduce_scatter_v(self, send, recv, send_counts, send_displs, op, stream=stream)
-
-    def all_to_all(self, send: Any, recv: Any = None, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
-        """Block ``j`` of each rank's buffer goes to rank ``j``."""
-        if type(send) is np.ndarray:
-            return host.all_to_all(self, send, recv if out is None else out)
-        return collectives.all_to_all(self, send, recv, stream=stream)
-
-    def all_to_all_v(self, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int] = None,
-                     send_displs: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
-                     stream: Optional[Stream] = None) -> Any:
-        """Uneven all-to-all. NumPy form: ``all_to_all_v(array, send_counts, recv_counts)``."""
-        if type(send) is np.ndarray:
-            if recv_counts is None:  # (array, send_counts, recv_counts)
-                return host.all_to_all_v(self, send, recv, send_counts, None, send_displs, recv_displs)
-            return host.all_to_all_v(self, send, send_counts, recv_counts, recv, send_displs, recv_displs)
-        return collectives.all_to_all_v(self, send, recv, send_counts, recv_counts, send_displs, recv_displs,
-                                        stream=stream)
-
-    def all_to_all_vc(self, send: Any, recv: Any, send_count_matrix: Any = None, *,
-                      stream: Optional[Stream] = None) -> Any:
-        """All-to-all driven by one count matrix. NumPy form: ``all_to_all_vc(array, matrix)``."""
-        if type(send) is np.ndarray:
-            if send_count_matrix is None:
-                return host.all_to_all_vc(self, send, recv)
-            return host.all_to_all_vc(self, send, send_count_matrix, recv)
-        return collectives.all_to_all_vc(self, send, recv, send_count_matrix, stream=stream)
-
-    def scatter(self, send: Any, recv: Any = None, root: int = 0, *, stream: Optional[Stream] = None,
-                out: Any = None) -> Any:
-        """Rank ``r`` gets block ``r`` of ``root``'s buffer."""
-        if type(send) is np.ndarray or (send is None and type(recv if out is None else out) is np.ndarray):
-            return host.scatter(self, send, recv if out is None else out, root)
-        return collectives.scatter(self, send, recv, root, stream=stream)
-
-    def send(self, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
-        """Send to ``peer`` (which posts a matching recv)."""
-        if type(buf) is np.ndarray:
-            return host.send(self, buf, peer)
-        return collectives.send(self, buf, peer, stream=stream)
-
-    def recv(self, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
-        """Receive from ``peer`` into ``buf``."""
-        if type(buf) is np.ndarray:
-            return host.recv(self, buf, peer)
-        return collectives.recv(self, buf, peer, stream=stream)
-
-    def batch_send_recv(self, items: Sequence[Any], *, stream: Optional[Stream] = None) -> None:
-        """Post ``("send" | "recv", buffer, peer)`` items together (all device buffers, or all NumPy)."""
-        try:
-            items = list(items)
-        except TypeError:
-            raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
-        if items and all(isinstance(i, (tuple, list)) and len(i) == 3 and type(i[1]) is np.ndarray for i in items):
-            return host.batch_send_recv(self, items)
-        return collectives.batch_send_recv(self, items, stream=stream)
-
-    def barrier(self, *, stream: Optional[Stream] = None) -> None:
-        """Queue a barrier on ``stream`` (device default stream if None)."""
-        return collectives.barrier(self, stream=stream)
+    all_reduce = collectives.all_reduce
+    broadcast = collectives.broadcast
+    reduce = collectives.reduce
+    all_gather = collectives.all_gather
+    all_gather_v = collectives.all_gather_v
+    reduce_scatter = collectives.reduce_scatter
+    reduce_scatter_v = collectives.reduce_scatter_v
+    all_to_all = collectives.all_to_all
+    all_to_all_v = collectives.all_to_all_v
+    all_to_all_vc = collectives.all_to_all_vc
+    scatter = collectives.scatter
+    send = collectives.send
+    recv = collectives.recv
+    batch_send_recv = collectives.batch_send_recv
+    barrier = collectives.barrier

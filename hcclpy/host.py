@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -53,7 +54,7 @@ class _Staging:
                 current.close()
             current = empty(1 << (nbytes - 1).bit_length(), "uint8", device=self._device)
             self._buffers[slot] = current
-        return current[: count * dtype.itemsize].view(dtype) if count else current[:0].view("uint8")
+        return current[: count * dtype.itemsize].view(dtype)
 
     def close(self) -> None:
         for buf in self._buffers.values():
@@ -83,7 +84,8 @@ def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
     dtype = as_datatype(array.dtype, argument=f"{argument}.dtype")
-    return np.ascontiguousarray(array), dtype
+    # Documented rule: an input that is not C-contiguous is copied (0-d arrays keep their shape).
+    return (array if array.flags.c_contiguous else array.copy(order="C")), dtype
 
 
 def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out") -> np.ndarray:
@@ -185,8 +187,8 @@ def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, 
 
 def _blocks(array: np.ndarray, size: int, operation: str) -> Tuple[int, ...]:
     if array.ndim == 0 or array.shape[0] % size:
-        raise ValueError(f"{operation} splits the first axis into {size} blocks: it must be a multiple of {size}, "
-                         f"got shape {array.shape}")
+        raise ValueError(f"{operation} splits the first axis of array into {size} blocks: it must be a multiple of "
+                         f"{size}, got shape {array.shape}")
     return (array.shape[0] // size,) + array.shape[1:]
 
 
@@ -343,3 +345,6 @@ def barrier(comm: CommCore) -> None:
     stream = _staging(comm).stream
     collectives.barrier(comm, stream=stream)
     stream.synchronize()
+
+
+collectives.register_host(sys.modules[__name__])

@@ -42,16 +42,17 @@ class RendezvousError(HcclpyError):
     """The rendezvous refused this rank (wrong token, duplicate rank, wrong world size...)."""
 
 
-def job_token(master_addr: str, master_port: int, world_size: int) -> bytes:
+def job_token(master_addr: str, master_port: int) -> bytes:
     """The 32-byte token clients must present: ``HCCLPY_RENDEZVOUS_TOKEN`` if set, else derived from
-    the job's address, port, size and launcher job id (which separates jobs, but is not a secret)."""
+    the job's address, port and launcher job id (which separates jobs, but is not a secret). The
+    world size is checked separately, so a mismatch is reported as such."""
     secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
     if secret:
         material = "secret:" + secret
     else:
         job = next((os.environ[v] for v in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "PMI_KVSNAME")
                     if os.environ.get(v)), "")
-        material = f"derived:{master_addr}:{master_port}:{world_size}:{job}"
+        material = f"derived:{master_addr}:{master_port}:{job}"
     return hashlib.sha256(material.encode()).digest()
 
 
@@ -106,7 +107,7 @@ class RendezvousServer:
             raise RendezvousError(f"rank 0 cannot listen on {host}:{port} for the rendezvous: {exc} (is MASTER_ADDR "
                                   "an address of this host, and the port free?)") from exc
         self._sock.listen(128)
-        self._sock.settimeout(0.2)
+        self._sock.settimeout(0.02)  # how soon close() is noticed
         self.address = self._sock.getsockname()[:2]
         self._thread = threading.Thread(target=self._serve, name="hcclpy-rendezvous", daemon=True)
         self._thread.start()
@@ -121,8 +122,13 @@ class RendezvousServer:
                     conn, peer = self._sock.accept()
                 except socket.timeout:
                     continue
-                except OSError:
-                    break
+                except OSError as exc:
+                    if self._done.is_set():
+                        break
+                    # Out of descriptors (a connection flood, say): keep serving once they free up.
+                    self.errors.append(f"accept: {exc}")
+                    time.sleep(0.05)
+                    continue
                 threading.Thread(target=self._handle, args=(conn, peer), daemon=True).start()
         finally:
             self._sock.close()
@@ -182,8 +188,9 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: byt
     delay, last_error = 0.01, None
     while True:
         try:
-            with socket.create_connection((host, port), timeout=min(IO_TIMEOUT, max(0.1, deadline - time.monotonic()))) as sock:
-                sock.settimeout(IO_TIMEOUT)
+            left = max(0.05, deadline - time.monotonic())
+            with socket.create_connection((host, port), timeout=min(IO_TIMEOUT, left)) as sock:
+                sock.settimeout(min(IO_TIMEOUT, left))
                 _send_message(sock, HELLO, HELLO_BODY.pack(token, rank, world_size))
                 kind, body = _read_message(sock)
         except (OSError, ConnectionError, ValueError) as exc:

@@ -31,8 +31,17 @@ class Buffer(NamedTuple):
     count: int               # elements
     dtype: DataType
     dtype_c: int             # the same as a plain int (cffi converts IntEnums slowly)
+    itemsize: int
     device: Optional[int]    # logical device id when known
     keep: Any                # object that owns the memory (kept alive by the caller)
+
+
+# NamedTuple's generated constructor is Python code; building the tuple directly is much cheaper.
+_make = tuple.__new__
+
+
+def _buffer(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[int], keep: Any) -> Buffer:
+    return _make(Buffer, (ptr, address, count, dtype, int(dtype), dtype.itemsize, device, keep))
 
 
 _DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataType.INT32, (0, 64): DataType.INT64,
@@ -56,7 +65,7 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**64:
         raise ValueError(f"{argument}[1] (count) must be an int in [0, 2**64), got {count!r}")
     dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
-    return Buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, int(dt), None, buf)
+    return _buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf)
 
 
 def _from_tensor(buf: Any, argument: str) -> Buffer:
@@ -68,8 +77,7 @@ def _from_tensor(buf: Any, argument: str) -> Buffer:
     dtype_name = str(buf.dtype)
     dt = DataType.UINT8 if dtype_name == "torch.bool" else as_datatype(buf.dtype, argument=f"{argument}.dtype")
     address = int(buf.data_ptr())
-    return Buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, int(dt), getattr(device, "index", None),
-                  buf)
+    return _buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, getattr(device, "index", None), buf)
 
 
 def _from_dlpack(buf: Any, argument: str) -> Buffer:
@@ -88,7 +96,7 @@ def _from_dlpack(buf: Any, argument: str) -> Buffer:
             if dim != 1 and stride != step:
                 raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
             step *= dim
-    return Buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, int(dt), info.device_id, buf)
+    return _buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf)
 
 
 def resolve(buf: Any, argument: str) -> Buffer:
@@ -105,7 +113,8 @@ def resolve(buf: Any, argument: str) -> Buffer:
         alloc = buf._alloc
         if alloc.live_device < 0:
             raise ValueError(f"{argument} is a closed DeviceArray (its memory was freed)")
-        return Buffer(buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, buf._dtype_c, alloc.device_id, buf)
+        return _make(Buffer, (buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, buf._dtype_c,
+                              buf._itemsize, alloc.device_id, buf))
     if isinstance(buf, tuple):
         return _from_tuple(buf, argument)
     if isinstance(buf, np.ndarray):

@@ -1,17 +1,25 @@
-"""Every HCCL operation on device buffers.
+"""Every HCCL operation, on device buffers (and, handed to :mod:`hcclpy.host`, on NumPy arrays).
 
 Each function takes the communicator first, then buffers, then ``op``/``root``/``peer``, then the
 keyword-only ``stream`` (default: the device's hcclpy-owned stream). Arguments are checked before
 any C call; a ``ValueError``/``TypeError`` names the argument, the value and what is allowed.
-Operations return as soon as the work is queued: results are defined once the stream is
-synchronised. Each returns the output buffer it wrote (``None`` where there is none).
+Operations on device buffers return as soon as the work is queued: results are defined once the
+stream is synchronised. Each returns the output buffer it wrote (``None`` where there is none).
+
+NumPy arrays are passed on to the host-array layer, which registers itself here when imported
+(it sits above this module): those calls block and return arrays (``out=`` to write one).
+
+Each operation starts with a fast path for its common call — live :class:`DeviceArray` buffers
+and an explicit or default :class:`Stream` of the communicator's device — that makes the same
+checks as the general path as plain attribute tests; anything else takes the general path, which
+explains what is wrong.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,6 +36,17 @@ __all__ = [
 ]
 
 _SUM = ReduceOp.SUM
+_host: Any = None  # hcclpy.host, once imported
+_HOLD_CHECK = 1024  # held buffers between checks whether a stream has drained
+
+# Reduce ops as C ints, by member, value and name (bool is refused before the lookup).
+_OP_CODES: Dict[Any, int] = {**{op: op._value_ for op in ReduceOp}, **{op.name.lower(): op._value_ for op in ReduceOp}}
+
+
+def register_host(module: Any) -> None:
+    """Called by :mod:`hcclpy.host` when imported: NumPy arrays are passed to it from then on."""
+    global _host
+    _host = module
 
 
 # ------------------------------------------------------------------------- shared checks
@@ -52,6 +71,33 @@ def _stream(comm: CommCore, stream: Optional[Stream]) -> Stream:
     return stream
 
 
+def _fast(comm: Any, stream: Any) -> Optional[Stream]:
+    """The stream to use when ``comm`` is a live communicator and ``stream`` an open stream of its
+    device (or None, meaning its default stream); None otherwise (the general path says why)."""
+    try:
+        if comm._handle is None:
+            return None
+        if stream is None:
+            stream = comm._default_stream
+            if stream is None or stream._live_device < 0:
+                stream = comm._default_stream = comm._device.default_stream
+        elif type(stream) is not Stream:
+            return None
+        return stream if stream._live_device == comm._device_id else None
+    except AttributeError:  # comm is not a communicator
+        return None
+
+
+def _done(rc: int, name: str, stream: Stream, keep: Any) -> None:
+    """Raise for a failed call; otherwise keep its buffers alive until ``stream`` is done with them."""
+    if rc:
+        raise _ffi.hccl_failure(rc, name)
+    held = stream._held
+    held.append(keep)
+    if not len(held) % _HOLD_CHECK:
+        stream.query()  # drops them all once the stream has drained
+
+
 def _on_device(comm: CommCore, buf: Buffer, argument: str) -> None:
     if buf.device is not None and buf.device != comm._device_id:
         raise ValueError(f"{argument} is memory of device {buf.device} but communicator '{comm._name}' runs on "
@@ -64,14 +110,14 @@ def _same_dtype(a: Buffer, b: Buffer, a_name: str, b_name: str) -> None:
 
 
 def _aligned(buf: Buffer, argument: str) -> None:
-    if buf.address % buf.dtype.itemsize:
-        raise ValueError(f"{argument} at 0x{buf.address:x} is not aligned to its {buf.dtype.itemsize}-byte "
+    if buf.address % buf.itemsize:
+        raise ValueError(f"{argument} at 0x{buf.address:x} is not aligned to its {buf.itemsize}-byte "
                          f"{buf.dtype.name.lower()} elements (reductions need natural alignment)")
 
 
 def _overlap(a: Buffer, b: Buffer) -> bool:
-    a_end = a.address + a.count * a.dtype.itemsize
-    b_end = b.address + b.count * b.dtype.itemsize
+    a_end = a.address + a.count * a.itemsize
+    b_end = b.address + b.count * b.itemsize
     return a.count > 0 and b.count > 0 and a.address < b_end and b.address < a_end
 
 
@@ -81,6 +127,8 @@ def _disjoint(a: Buffer, b: Buffer, operation: str) -> None:
 
 
 def _rank(comm: CommCore, value: Any, argument: str) -> int:
+    if type(value) is int and 0 <= value < comm._size:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < comm._size:
         raise ValueError(f"{argument}={value!r} must be a rank of communicator '{comm._name}' "
                          f"(0..{comm._size - 1})")
@@ -95,50 +143,71 @@ def _peer(comm: CommCore, value: Any, argument: str = "peer") -> int:
 
 
 def _op(op: Any) -> int:
-    return (op if type(op) is ReduceOp else as_reduce_op(op))._value_
+    code = _OP_CODES.get(op) if type(op) is not bool else None
+    return code if code is not None else as_reduce_op(op)._value_
 
 
-def _count_vector(values: Any, comm: CommCore, argument: str) -> np.ndarray:
+def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]:
+    """``size`` non-negative element counts as a tuple of plain ints (checked once per layout:
+    jobs reuse the same counts, so a layout seen before costs one dictionary lookup)."""
     try:
-        array = np.asarray(values)
-    except Exception:  # noqa: BLE001 - anything that is not a sequence of ints
-        array = None
-    if array is None or array.ndim != 1 or array.shape[0] != comm._size or \
-            (array.size and not np.issubdtype(array.dtype, np.integer)):
+        key = values if type(values) is tuple else tuple(values)
+    except TypeError:
+        key = None
+    # A layout seen before (equal as plain ints: 1.0 == 1, so check the types too) is known good.
+    if key is not None and key in comm._vector_cache and all(type(v) is int for v in key):
+        return key
+    if key is None or len(key) != comm._size or any(
+            isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v >= 2**64 for v in key):
         raise ValueError(f"{argument} must be {comm._size} non-negative ints (one per rank), got {values!r}")
-    if array.size and array.min() < 0:
+    if any(v < 0 for v in key):
         raise ValueError(f"{argument} must not contain negative counts, got {values!r}")
-    return np.ascontiguousarray(array, dtype=np.uint64)
+    checked = tuple(int(v) for v in key)
+    _c_vector(comm, checked)  # remember the layout as checked
+    return checked
 
 
-def _displacements(counts: np.ndarray, displs: Any, comm: CommCore, argument: str) -> np.ndarray:
-    if displs is None:  # packed back to back, in rank order
-        out = np.zeros_like(counts)
-        np.cumsum(counts[:-1], out=out[1:])
-        return out
-    return _count_vector(displs, comm, argument)
+def _displacements(counts: Tuple[int, ...], displs: Any, comm: CommCore, argument: str) -> Tuple[int, ...]:
+    if displs is not None:
+        return _count_vector(displs, comm, argument)
+    packed = comm._packed_cache.get(counts)
+    if packed is None:  # back to back, in rank order
+        out, at = [], 0
+        for count in counts:
+            out.append(at)
+            at += count
+        packed = comm._packed_cache[counts] = tuple(out)
+    return packed
 
 
-def _fits(buf: Buffer, counts: np.ndarray, displs: np.ndarray, argument: str) -> None:
-    # Python ints: count + displacement must not wrap around as uint64 would.
-    needed = max((int(c) + int(d) for c, d in zip(counts, displs) if c), default=0)
+def _fits(buf: Buffer, counts: Tuple[int, ...], displs: Tuple[int, ...], argument: str) -> None:
+    needed = max((c + d for c, d in zip(counts, displs) if c), default=0)
     if needed > buf.count:
         raise ValueError(f"{argument} holds {buf.count} elements but the counts and displacements address "
                          f"{needed}")
 
 
-def _call(rc: int, name: str, stream: Optional[Stream] = None, keep: Any = None) -> None:
-    """Raise for a failed call; otherwise keep the call's buffers alive while ``stream`` needs them."""
-    if rc:
-        raise _ffi.hccl_failure(rc, name)
-    if stream is not None:
-        stream._hold(keep)
+def _c_vector(comm: CommCore, values: Tuple[int, ...]) -> Any:
+    """``values`` (already checked) as a C ``uint64_t[]``, cached per communicator."""
+    cache = comm._vector_cache
+    vector = cache.get(values)
+    if vector is None:
+        if len(cache) >= 256:
+            cache.clear()
+            comm._packed_cache.clear()
+        vector = cache[values] = _ffi.new("uint64_t[]", values or (0,))
+    return vector
+
+
+def _no_out(out: Any) -> None:
+    if out is not None:
+        raise TypeError("out= is for NumPy arrays; with device buffers the output is recv")
 
 
 # ------------------------------------------------------------------------------ reductions
 
-def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
-               stream: Optional[Stream] = None) -> Any:
+def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, stream: Optional[Stream] = None,
+               out: Any = None) -> Any:
     """Reduce ``send`` across all ranks into ``recv`` on every rank (``recv=None``: in place).
 
     Parameters
@@ -146,7 +215,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     comm
         The communicator.
     send, recv
-        Device buffers of the same dtype and element count.
+        Device buffers of the same dtype and element count; or NumPy arrays (then the result is a
+        new array, or ``recv``/``out``).
     op
         :class:`~hcclpy.ReduceOp` or its name (``"sum"``, ``"prod"``, ``"max"``, ``"min"``).
     stream
@@ -167,20 +237,21 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
     --------
     >>> comm.all_reduce(x, y, "sum", stream=s); s.synchronize()
     """
-    # Fast path for the common call (two live device arrays of one allocation-free layout, an
-    # explicit stream): the same checks as below, as plain attribute tests, then the C call.
-    if type(send) is DeviceArray and type(recv) is DeviceArray and type(stream) is Stream and type(op) is ReduceOp \
-            and isinstance(comm, CommCore):
-        handle, sa, ra, device = comm._handle, send._alloc, recv._alloc, comm._device_id
-        if (handle is not None and stream._live_device == device and sa.live_device == device
-                and ra.live_device == device and send._dtype is recv._dtype and send._size == recv._size
-                and (sa is not ra or send._offset == recv._offset)):
-            rc = comm._api.HcclAllReduce(send._cptr, recv._cptr, send._size, send._dtype_c, op._value_, handle,
-                                         stream._ptr_cdata)
-            if rc:
-                raise _ffi.hccl_failure(rc, "HcclAllReduce")
-            stream._hold((send, recv))
-            return recv
+    if type(send) is DeviceArray and out is None:
+        st = _fast(comm, stream)
+        target = send if recv is None else recv
+        if st is not None and type(target) is DeviceArray:
+            sa, ta, device = send._alloc, target._alloc, comm._device_id
+            code = _OP_CODES.get(op) if type(op) is not bool else None
+            if (code is not None and sa.live_device == device and ta.live_device == device
+                    and send._dtype is target._dtype and send._size == target._size
+                    and (sa is not ta or send._offset == target._offset)):
+                _done(comm._api.HcclAllReduce(send._cptr, target._cptr, send._size, send._dtype_c, code, comm._handle,
+                                              st._ptr_cdata), "HcclAllReduce", st, (send, recv))
+                return target
+    if isinstance(send, np.ndarray) and _host is not None:
+        return _host.all_reduce(comm, send, recv if out is None else out, op)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb = resolve(send, "send")
@@ -193,20 +264,37 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
             raise ValueError("send and recv overlap without being the same buffer")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
-    if sb.address % sb.dtype.itemsize or rb.address % rb.dtype.itemsize:
-        _aligned(sb, "send")
-        _aligned(rb, "recv")
-    _call(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, st._ptr_cdata), "HcclAllReduce", st, (send, recv))
+    _aligned(sb, "send")
+    _aligned(rb, "recv")
+    _done(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, st._ptr_cdata),
+          "HcclAllReduce", st, (send, recv))
     return send if recv is None else recv
 
 
 def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: int = 0, *,
-           stream: Optional[Stream] = None) -> Any:
+           stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce ``send`` across all ranks into ``recv`` on ``root`` only.
 
     ``recv`` is ignored on other ranks (it may be None); on the root ``recv=None`` reduces in place.
     Returns the output buffer on the root, None elsewhere.
     """
+    if type(send) is DeviceArray and out is None and type(root) is int:
+        st = _fast(comm, stream)
+        is_root = root == comm._rank if st is not None else False
+        target = send if recv is None or not is_root else recv
+        if st is not None and 0 <= root < comm._size and type(target) is DeviceArray:
+            sa, ta, device = send._alloc, target._alloc, comm._device_id
+            code = _OP_CODES.get(op) if type(op) is not bool else None
+            if (code is not None and sa.live_device == device and ta.live_device == device
+                    and send._dtype is target._dtype and send._size == target._size
+                    and (sa is not ta or send._offset == target._offset)):
+                _done(comm._api.HcclReduce(send._cptr, target._cptr if is_root else _ffi.NULL, send._size,
+                                           send._dtype_c, code, root, comm._handle, st._ptr_cdata),
+                      "HcclReduce", st, (send, recv))
+                return target if is_root else None
+    if isinstance(send, np.ndarray) and _host is not None:
+        return _host.reduce(comm, send, recv if out is None else out, op, root)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
@@ -225,15 +313,28 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         if sb.address != rb.address and _overlap(sb, rb):
             raise ValueError("send and recv overlap without being the same buffer")
     recv_ptr = rb.ptr if is_root else _ffi.NULL
-    _call(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
+    _done(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
           "HcclReduce", st, (send, recv))
     return (send if recv is None else recv) if is_root else None
 
 
-def reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any = _SUM, *,
-                   stream: Optional[Stream] = None) -> Any:
+def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
+                   stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce ``send`` (``size * n`` elements) across ranks; rank ``r`` receives block ``r`` in ``recv``
     (``n`` elements)."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
+        st = _fast(comm, stream)
+        if st is not None:
+            sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, recv._size
+            code = _OP_CODES.get(op) if type(op) is not bool else None
+            if (code is not None and sa.live_device == device and ra.live_device == device
+                    and send._dtype is recv._dtype and send._size == n * comm._size and sa is not ra):
+                _done(comm._api.HcclReduceScatter(send._cptr, recv._cptr, n, send._dtype_c, code, comm._handle,
+                                                  st._ptr_cdata), "HcclReduceScatter", st, (send, recv))
+                return recv
+    if isinstance(send, np.ndarray) and _host is not None:
+        return _host.reduce_scatter(comm, send, recv if out is None else out, op)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -245,20 +346,26 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any = _SUM, *,
     _on_device(comm, rb, "recv")
     _aligned(sb, "send")
     _aligned(rb, "recv")
-    in_place = rb.address == sb.address + comm._rank * rb.count * rb.dtype.itemsize
+    in_place = rb.address == sb.address + comm._rank * rb.count * rb.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
-    _call(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, st._ptr_cdata),
+    _done(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, st._ptr_cdata),
           "HcclReduceScatter", st, (send, recv))
     return recv
 
 
-def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int],
+def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional[Sequence[int]] = None,
                      send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *,
                      stream: Optional[Stream] = None) -> Any:
     """Reduce-scatter with uneven blocks: rank ``r`` receives the reduction of every rank's
     ``send[send_displs[r] : send_displs[r] + send_counts[r]]`` (``recv`` holds ``send_counts[r]``
-    elements). ``send_displs=None`` packs the blocks back to back."""
+    elements). ``send_displs=None`` packs the blocks back to back. NumPy form:
+    ``reduce_scatter_v(array, send_counts)`` returns the flattened block."""
+    if isinstance(send, np.ndarray) and _host is not None:
+        counts, target = (recv, None) if send_counts is None else (send_counts, recv)
+        return _host.reduce_scatter_v(comm, send, counts, target, op, send_displs)
+    if send_counts is None:
+        raise TypeError("reduce_scatter_v needs send_counts")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -266,7 +373,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
     counts = _count_vector(send_counts, comm, "send_counts")
     displs = _displacements(counts, send_displs, comm, "send_displs")
     _fits(sb, counts, displs, "send")
-    mine = int(counts[comm._rank])
+    mine = counts[comm._rank]
     if rb.count < mine:
         raise ValueError(f"recv holds {rb.count} elements but send_counts[{comm._rank}] = {mine}")
     _on_device(comm, sb, "send")
@@ -274,30 +381,52 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence
     _aligned(sb, "send")
     _aligned(rb, "recv")
     _disjoint(sb, rb, "reduce_scatter_v")
-    _call(comm._api.HcclReduceScatterV(sb.ptr, _ffi.from_buffer("uint64_t[]", counts),
-                                       _ffi.from_buffer("uint64_t[]", displs), rb.ptr, mine, sb.dtype_c, _op(op),
-                                       handle, st._ptr_cdata), "HcclReduceScatterV", st, (send, recv))
+    _done(comm._api.HcclReduceScatterV(sb.ptr, _c_vector(comm, counts), _c_vector(comm, displs), rb.ptr, mine,
+                                       sb.dtype_c, _op(op), handle, st._ptr_cdata),
+          "HcclReduceScatterV", st, (send, recv))
     return recv
 
 
 # ---------------------------------------------------------------------------- data motion
 
-def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Stream] = None) -> Any:
-    """Copy ``buf`` of ``root`` into ``buf`` of every other rank."""
+def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
+    """Copy ``buf`` of ``root`` into ``buf`` of every other rank (NumPy: a new array, or ``out``)."""
+    if type(buf) is DeviceArray and type(root) is int and out is None:
+        st = _fast(comm, stream)
+        if st is not None and 0 <= root < comm._size and buf._alloc.live_device == comm._device_id:
+            _done(comm._api.HcclBroadcast(buf._cptr, buf._size, buf._dtype_c, root, comm._handle, st._ptr_cdata),
+                  "HcclBroadcast", st, buf)
+            return buf
+    if isinstance(buf, np.ndarray) and _host is not None:
+        return _host.broadcast(comm, buf, root, out)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf)
+    _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf)
     return buf
 
 
-def all_gather(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream] = None) -> Any:
+def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
+               out: Any = None) -> Any:
     """Gather every rank's ``send`` (``n`` elements) into ``recv`` (``size * n``), in rank order.
 
-    In place: ``send`` is this rank's block of ``recv``.
+    In place: ``send`` is this rank's block of ``recv``. NumPy: stacked on a new first axis.
     """
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
+        st = _fast(comm, stream)
+        if st is not None:
+            sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, send._size
+            if (sa.live_device == device and ra.live_device == device and send._dtype is recv._dtype
+                    and recv._size == n * comm._size and sa is not ra):
+                _done(comm._api.HcclAllGather(send._cptr, recv._cptr, n, send._dtype_c, comm._handle, st._ptr_cdata),
+                      "HcclAllGather", st, (send, recv))
+                return recv
+    if isinstance(send, np.ndarray) and _host is not None:
+        return _host.all_gather(comm, send, recv if out is None else out)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -307,39 +436,63 @@ def all_gather(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
                          f"{sb.count * comm._size} elements, it holds {rb.count}")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
-    in_place = sb.address == rb.address + comm._rank * sb.count * sb.dtype.itemsize
+    in_place = sb.address == rb.address + comm._rank * sb.count * sb.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("send overlaps recv; in place, send must be exactly this rank's block of recv")
-    _call(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, st._ptr_cdata), "HcclAllGather", st, (send, recv))
+    _done(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, st._ptr_cdata), "HcclAllGather",
+          st, (send, recv))
     return recv
 
 
-def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Sequence[int],
+def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None) -> Any:
     """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
-    (``recv_counts[r]`` elements, which must equal that rank's ``send`` count)."""
+    (``recv_counts[r]`` elements, which must equal that rank's ``send`` count). NumPy form:
+    ``all_gather_v(array, recv_counts)`` returns the flattened result."""
+    if isinstance(send, np.ndarray) and _host is not None:
+        counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
+        return _host.all_gather_v(comm, send, counts, target, recv_displs)
+    if recv_counts is None:
+        raise TypeError("all_gather_v needs recv_counts")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     counts = _count_vector(recv_counts, comm, "recv_counts")
     displs = _displacements(counts, recv_displs, comm, "recv_displs")
-    if int(counts[comm._rank]) != sb.count:
-        raise ValueError(f"recv_counts[{comm._rank}] = {int(counts[comm._rank])} must equal this rank's send "
-                         f"count {sb.count}")
+    if counts[comm._rank] != sb.count:
+        raise ValueError(f"recv_counts[{comm._rank}] = {counts[comm._rank]} must equal this rank's send count "
+                         f"{sb.count}")
     _fits(rb, counts, displs, "recv")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_gather_v")
-    _call(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _ffi.from_buffer("uint64_t[]", counts),
-                                   _ffi.from_buffer("uint64_t[]", displs), sb.dtype_c, handle, st._ptr_cdata),
-          "HcclAllGatherV", st, (send, recv))
+    _done(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _c_vector(comm, counts), _c_vector(comm, displs),
+                                   sb.dtype_c, handle, st._ptr_cdata), "HcclAllGatherV", st, (send, recv))
     return recv
 
 
-def scatter(comm: CommCore, send: Any, recv: Any, root: int = 0, *, stream: Optional[Stream] = None) -> Any:
+def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, stream: Optional[Stream] = None,
+            out: Any = None) -> Any:
     """Rank ``r`` receives block ``r`` of ``root``'s ``send`` (``size * n`` elements) into ``recv``
     (``n``). ``send`` is only read on the root (it may be None elsewhere)."""
+    if type(recv) is DeviceArray and type(root) is int and out is None:
+        st = _fast(comm, stream)
+        if st is not None and 0 <= root < comm._size and recv._alloc.live_device == comm._device_id:
+            device, is_root = comm._device_id, root == comm._rank
+            if not is_root:
+                _done(comm._api.HcclScatter(_ffi.NULL, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
+                                            st._ptr_cdata), "HcclScatter", st, recv)
+                return recv
+            if (type(send) is DeviceArray and send._alloc.live_device == device and send._alloc is not recv._alloc
+                    and send._dtype is recv._dtype and send._size == recv._size * comm._size):
+                _done(comm._api.HcclScatter(send._cptr, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
+                                            st._ptr_cdata), "HcclScatter", st, (send, recv))
+                return recv
+    target = recv if out is None else out
+    if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
+        return _host.scatter(comm, send, target, root)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
@@ -355,17 +508,32 @@ def scatter(comm: CommCore, send: Any, recv: Any, root: int = 0, *, stream: Opti
             raise ValueError(f"send must hold recv.count * size = {rb.count * comm._size} elements, it holds "
                              f"{sb.count}")
         _on_device(comm, sb, "send")
-        in_place = rb.address == sb.address + root * rb.count * rb.dtype.itemsize
+        in_place = rb.address == sb.address + root * rb.count * rb.itemsize
         if not in_place and _overlap(sb, rb):
             raise ValueError("recv overlaps send; in place, recv must be exactly the root's block of send")
         send_ptr = sb.ptr
-    _call(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, st._ptr_cdata), "HcclScatter", st, (send, recv))
+    _done(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, st._ptr_cdata),
+          "HcclScatter", st, (send, recv))
     return recv
 
 
-def all_to_all(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream] = None) -> Any:
+def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
+               out: Any = None) -> Any:
     """Rank ``r`` sends block ``j`` of ``send`` to rank ``j``, which stores it as block ``r`` of
     ``recv``. Both hold ``size * n`` elements and must not overlap."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
+        st = _fast(comm, stream)
+        if st is not None:
+            sa, ra, device, size = send._alloc, recv._alloc, comm._device_id, comm._size
+            if (sa.live_device == device and ra.live_device == device and send._dtype is recv._dtype
+                    and send._size == recv._size and not send._size % size and sa is not ra):
+                n = send._size // size
+                _done(comm._api.HcclAlltoAll(send._cptr, n, send._dtype_c, recv._cptr, n, send._dtype_c, comm._handle,
+                                             st._ptr_cdata), "HcclAlltoAll", st, (send, recv))
+                return recv
+    if isinstance(send, np.ndarray) and _host is not None:
+        return _host.all_to_all(comm, send, recv if out is None else out)
+    _no_out(out)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -377,17 +545,24 @@ def all_to_all(comm: CommCore, send: Any, recv: Any, *, stream: Optional[Stream]
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all")
     per_rank = sb.count // comm._size
-    _call(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
+    _done(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
           "HcclAlltoAll", st, (send, recv))
     return recv
 
 
-def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int], recv_counts: Sequence[int],
-                 send_displs: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
-                 stream: Optional[Stream] = None) -> Any:
+def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int],
+                 recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None) -> Any:
     """All-to-all with uneven blocks: ``send_counts[j]`` elements from ``send[send_displs[j]:]`` go
     to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``.
-    Displacements default to packed blocks. ``send`` and ``recv`` must not overlap."""
+    Displacements default to packed blocks. ``send`` and ``recv`` must not overlap. NumPy form:
+    ``all_to_all_v(array, send_counts, recv_counts)``."""
+    if isinstance(send, np.ndarray) and _host is not None:
+        if recv_counts is None:  # (array, send_counts, recv_counts)
+            return _host.all_to_all_v(comm, send, recv, send_counts, None, send_displs, recv_displs)
+        return _host.all_to_all_v(comm, send, send_counts, recv_counts, recv, send_displs, recv_displs)
+    if recv_counts is None:
+        raise TypeError("all_to_all_v needs recv_counts")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -401,28 +576,35 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_v")
-    vectors = [_ffi.from_buffer("uint64_t[]", v) for v in (scounts, sdispls, rcounts, rdispls)]
-    _call(comm._api.HcclAlltoAllV(sb.ptr, vectors[0], vectors[1], sb.dtype_c, rb.ptr, vectors[2], vectors[3],
-                                  rb.dtype_c, handle, st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
+    _done(comm._api.HcclAlltoAllV(sb.ptr, _c_vector(comm, scounts), _c_vector(comm, sdispls), sb.dtype_c, rb.ptr,
+                                  _c_vector(comm, rcounts), _c_vector(comm, rdispls), rb.dtype_c, handle,
+                                  st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
     return recv
 
 
-def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, *,
+def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any = None, *,
                   stream: Optional[Stream] = None) -> Any:
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
-    go from rank ``i`` to rank ``j``, packed in rank order on both sides."""
+    go from rank ``i`` to rank ``j``, packed in rank order on both sides. NumPy form:
+    ``all_to_all_vc(array, matrix)``."""
+    if isinstance(send, np.ndarray) and _host is not None:
+        matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
+        return _host.all_to_all_vc(comm, send, matrix, target)
+    if send_count_matrix is None:
+        raise TypeError("all_to_all_vc needs send_count_matrix")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
     n = comm._size
-    matrix = np.asarray(send_count_matrix)
-    if matrix.shape != (n, n) or (matrix.size and not np.issubdtype(matrix.dtype, np.integer)) or \
-            (matrix.size and matrix.min() < 0):
-        raise ValueError(f"send_count_matrix must be a {n} x {n} matrix of non-negative ints, got shape "
-                         f"{matrix.shape}")
-    matrix = np.ascontiguousarray(matrix, dtype=np.uint64)
-    sent, received = int(matrix[comm._rank].sum()), int(matrix[:, comm._rank].sum())
+    try:
+        rows = [_count_vector(row, comm, "send_count_matrix row") for row in send_count_matrix]
+    except (TypeError, ValueError):
+        rows = []
+    if len(rows) != n:
+        raise ValueError(f"send_count_matrix must be a {n} x {n} matrix of non-negative ints, got "
+                         f"{send_count_matrix!r}")
+    sent, received = sum(rows[comm._rank]), sum(row[comm._rank] for row in rows)
     if sent > sb.count:
         raise ValueError(f"send holds {sb.count} elements but row {comm._rank} of the matrix sends {sent}")
     if received > rb.count:
@@ -431,8 +613,9 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_vc")
-    _call(comm._api.HcclAlltoAllVC(sb.ptr, _ffi.from_buffer("uint64_t[]", matrix.ravel()), sb.dtype_c, rb.ptr,
-                                   rb.dtype_c, handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
+    flat = tuple(count for row in rows for count in row)
+    _done(comm._api.HcclAlltoAllVC(sb.ptr, _c_vector(comm, flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle,
+                                   st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
     return recv
 
 
@@ -440,22 +623,41 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any, 
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+    if type(buf) is DeviceArray and type(peer) is int:
+        st = _fast(comm, stream)
+        if st is not None and 0 <= peer < comm._size and peer != comm._rank \
+                and buf._alloc.live_device == comm._device_id:
+            _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
+                  "HcclSend", st, buf)
+            return None
+    if isinstance(buf, np.ndarray) and _host is not None:
+        return _host.send(comm, buf, peer)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclSend", st, buf)
+    _done(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclSend", st, buf)
+    return None
 
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
+    if type(buf) is DeviceArray and type(peer) is int:
+        st = _fast(comm, stream)
+        if st is not None and 0 <= peer < comm._size and peer != comm._rank \
+                and buf._alloc.live_device == comm._device_id:
+            _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
+                  "HcclRecv", st, buf)
+            return buf
+    if isinstance(buf, np.ndarray) and _host is not None:
+        return _host.recv(comm, buf, peer)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _call(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclRecv", st, buf)
+    _done(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclRecv", st, buf)
     return buf
 
 
@@ -464,19 +666,23 @@ _KINDS = {"send": 0, "recv": 1}
 
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                     stream: Optional[Stream] = None) -> None:
-    """Post several sends and receives at once: ``items`` are ``("send" | "recv", buffer, peer)``.
+    """Post several sends and receives at once: ``items`` are ``("send" | "recv", buffer, peer)``
+    (all device buffers, or all NumPy arrays — then receive arrays are written in place).
 
     Within one call the local transfers do not wait for each other, so a ring exchange (send to
     the next rank, receive from the previous) cannot deadlock.
     """
-    handle = _comm_handle(comm)
-    st = _stream(comm, stream)
     try:
         items = list(items)
     except TypeError:
         raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
+    if items and _host is not None and all(
+            isinstance(i, (tuple, list)) and len(i) == 3 and isinstance(i[1], np.ndarray) for i in items):
+        return _host.batch_send_recv(comm, items)
+    handle = _comm_handle(comm)
+    st = _stream(comm, stream)
     c_items = _ffi.new("HcclSendRecvItem[]", max(len(items), 1))
-    keep = []
+    keep: List[Any] = []
     for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in _KINDS:
             raise ValueError(f"items[{index}] must be ('send' | 'recv', buffer, peer), got {item!r}")
@@ -489,15 +695,19 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         c.count = b.count
         c.dataType = b.dtype_c
         c.remoteRank = _peer(comm, peer, f"items[{index}] peer")
-        keep.append(b)
-    _call(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep)
+        keep.append(buf)
+    _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep)
+    return None
 
 
 def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
     """Queue a barrier: work after it on ``stream`` starts once every rank has reached it."""
     handle = _comm_handle(comm)
-    _call(comm._api.HcclBarrier(handle, _stream(comm, stream)._ptr_cdata), "HcclBarrier")
+    st = _stream(comm, stream)
+    _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, None)
 
+
+# ------------------------------------------------------------------------------------ groups
 
 _group = threading.local()
 
@@ -517,7 +727,8 @@ def group() -> Iterator[None]:
     """Hold the HCCL calls of the block and release them together (``HcclGroupStart/End``).
 
     Sends and receives inside one group cannot deadlock each other; one thread can drive the
-    communicators of several devices. The block's calls are released even if it raises.
+    communicators of several devices; communicators created in the block exist once it ends. The
+    block's calls are released even if it raises.
 
     Examples
     --------
@@ -526,7 +737,9 @@ def group() -> Iterator[None]:
     ...     comm.recv(y, peer=1)
     """
     bound = _ffi.api()
-    _call(bound.HcclGroupStart(), "HcclGroupStart")
+    rc = bound.HcclGroupStart()
+    if rc:
+        raise _ffi.hccl_failure(rc, "HcclGroupStart")
     if not group_active():
         _group.pending = []
     _group.depth = getattr(_group, "depth", 0) + 1
@@ -539,5 +752,5 @@ def group() -> Iterator[None]:
             pending, _group.pending = _group.pending, []
             for callback in pending:
                 callback(rc == 0)
-        _call(rc, "HcclGroupEnd")
-
+        if rc:
+            raise _ffi.hccl_failure(rc, "HcclGroupEnd")

@@ -92,7 +92,7 @@ class DeviceArray:
     array([2., 3.], dtype=float32)
     """
 
-    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_dtype_c", "_size", "_cptr")
+    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_dtype_c", "_itemsize", "_size", "_cptr")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create device arrays with hcclpy.empty(), hcclpy.zeros() or hcclpy.from_numpy()")
@@ -105,6 +105,7 @@ class DeviceArray:
         self._shape = shape
         self._dtype = dtype
         self._dtype_c = int(dtype)  # cffi converts a plain int much faster than an IntEnum
+        self._itemsize = dtype.itemsize
         self._size = math.prod(shape)
         # The pointer is cast once here, so passing it to a collective costs nothing per call.
         self._cptr = _ffi.cast("void *", alloc.ptr + offset) if alloc.ptr else _ffi.NULL

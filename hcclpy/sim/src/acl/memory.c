@@ -644,8 +644,12 @@ int sim_check_set(const char *api, void *devPtr, size_t maxCount, size_t count)
 SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)
 {
     int err = sim_check_copy("aclrtMemcpy", dst, destMax, src, count, kind);
-    if (err == ACL_SUCCESS && count > 0)
-        memmove(dst, src, count);
+    if (err == ACL_SUCCESS && count > 0) {
+        bool streaming = count >= SIM_STREAMING_COPY_BYTES && sim_pointer_device(dst, NULL) < 0;
+        sim_copy(dst, src, count, streaming);
+        if (streaming)
+            sim_store_fence();
+    }
     return err;
 }
 

@@ -498,12 +498,15 @@ typedef struct {
     const void *src;
     size_t count;
     int value;
+    bool streaming;
 } copy_task_t;
 
 static int run_copy(sim_task_t *task, int64_t deadline)
 {
     copy_task_t *copy = (copy_task_t *)task;
-    memmove(copy->dst, copy->src, copy->count);
+    sim_copy(copy->dst, copy->src, copy->count, copy->streaming);
+    if (copy->streaming)
+        sim_store_fence(); /* whoever sees the task complete sees the data */
     return SIM_TASK_DONE;
 }
 
@@ -520,7 +523,7 @@ static void free_task(sim_task_t *task)
 }
 
 static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t *, int64_t), void *dst,
-                                    const void *src, size_t count, int value, bool wait)
+                                    const void *src, size_t count, int value, bool wait, bool streaming)
 {
     copy_task_t *task = calloc(1, sizeof *task);
     if (task == NULL)
@@ -532,6 +535,7 @@ static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t 
     task->src = src;
     task->count = count;
     task->value = value;
+    task->streaming = streaming;
     sim_stream_enqueue(stream, &task->base);
     if (!wait)
         return ACL_SUCCESS;
@@ -552,7 +556,8 @@ SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src,
     /* Copies from or to pageable host memory return when they are done. */
     bool dst_host = sim_pointer_device(dst, NULL) < 0, src_host = sim_pointer_device(src, NULL) < 0;
     bool pageable = (dst_host && !sim_host_pinned(dst, count)) || (src_host && !sim_host_pinned(src, count));
-    return enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable);
+    bool streaming = dst_host && count >= SIM_STREAMING_COPY_BYTES;
+    return enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable, streaming);
 }
 
 SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream handle)
@@ -565,7 +570,7 @@ SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t valu
         return err;
     if (count == 0)
         return ACL_SUCCESS;
-    return enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false);
+    return enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false, false);
 }
 
 /* -------------------------------------------------------------- callbacks */

@@ -117,6 +117,17 @@ SIM_EXPORT int sim_device_range(int device, const void *ptr, uint64_t bytes, uin
 SIM_EXPORT int sim_device_physical(int device);
 SIM_EXPORT int sim_current_device(int *device);
 
+/* ----------------------------------------------------------------- copies */
+
+/* memmove, or with `streaming` a copy that stores around the caches (for data
+ * nobody reads soon); sim_store_fence() orders such stores before publishing. */
+SIM_EXPORT void sim_copy(void *dst, const void *src, uint64_t bytes, bool streaming);
+SIM_EXPORT void sim_store_fence(void);
+
+/* Copies at least this large whose destination is host memory stream around
+ * the caches: like a device-to-host DMA, they land in memory, not in cache. */
+#define SIM_STREAMING_COPY_BYTES (256u << 10)
+
 /* ---------------------------------------------------------------- streams */
 
 typedef struct sim_task sim_task_t;

@@ -139,7 +139,7 @@ static void share(uint64_t count, uint32_t nranks, uint32_t rank, size_t elem, u
     *hi = SIM_MIN(count, *lo + per);
 }
 
-/* Operations moving more than this store around the caches (see hccl_copy). */
+/* Operations moving more than this store around the caches (see sim_copy). */
 #define STREAMING_BYTES (16ULL << 20)
 
 /* Bytes the operation lands in its output(s) on one rank, roughly. */
@@ -195,7 +195,7 @@ static int work_broadcast(op_task_t *op, size_t elem)
     const char *src = buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + lo * elem;
     for (uint32_t r = 0; r < comm->nranks && hi > lo; r++)
         if (r != op->root)
-            hccl_copy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem,
+            sim_copy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem,
                       op->streaming);
     return STEP_DONE;
 }
@@ -205,7 +205,7 @@ static int work_all_gather(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        hccl_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
+        sim_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
                   op->streaming);
     return STEP_DONE;
 }
@@ -226,7 +226,7 @@ static int work_all_to_all(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        hccl_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
+        sim_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
                   bytes, op->streaming);
     return STEP_DONE;
 }
@@ -235,7 +235,7 @@ static int work_scatter(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
-    hccl_copy(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
+    sim_copy(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
               bytes, op->streaming);
     return STEP_DONE;
 }
@@ -254,7 +254,7 @@ static int work_all_to_all_v(op_task_t *op, size_t elem)
             return hccl_error(HCCL_E_PARA, "all_to_all_v #%llu on '%s': rank %u sends %llu elements to rank %u, "
                               "which expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
                               (unsigned long long)count, me, r, (unsigned long long)recv_counts[r]);
-        hccl_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem,
+        sim_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem,
                   count * elem, false);
     }
     return STEP_DONE;
@@ -271,7 +271,7 @@ static int work_all_to_all_vc(op_task_t *op, size_t elem)
         for (uint32_t k = 0; k < me; k++)
             send_at += m[(uint64_t)r * n + k];
         uint64_t count = m[(uint64_t)r * n + me];
-        hccl_copy((char *)op->recv + recv_at * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem,
+        sim_copy((char *)op->recv + recv_at * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem,
                   count * elem, false);
         recv_at += count;
     }
@@ -290,7 +290,7 @@ static int work_all_gather_v(op_task_t *op, size_t elem)
             return hccl_error(HCCL_E_PARA, "all_gather_v #%llu on '%s': rank %u sends %llu elements, but rank %u "
                               "expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
                               (unsigned long long)d->count, comm->rank, r, (unsigned long long)recv_counts[r]);
-        hccl_copy((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem, false);
+        sim_copy((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem, false);
     }
     return STEP_DONE;
 }
@@ -383,7 +383,7 @@ static int step_collective(op_task_t *op)
         if (rc != STEP_DONE)
             return rc;
         if (op->streaming)
-            hccl_stream_fence(); /* the cache-bypassing stores land before the progress word */
+            sim_store_fence(); /* the cache-bypassing stores land before the progress word */
         hccl_publish(comm, PROGRESS(op->cseq, 2));
         op->phase = 2;
     }

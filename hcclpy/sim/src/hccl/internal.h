@@ -184,12 +184,10 @@ const char *hccl_cmd_name(uint32_t type);
 /* outs[k][i] = ins[0][i] op ins[1][i] op ... (in rank order) for every k.
  * Inputs may alias outputs: each block is read completely before it is written.
  * `streaming` stores around the cache (for data larger than the caches); the
- * caller must then call hccl_stream_fence() before publishing the result. */
+ * caller must then call sim_store_fence() before publishing the result. */
 void hccl_reduce(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count, HcclDataType dtype,
                  HcclReduceOp op, bool streaming);
-/* memmove, or a cache-bypassing copy when `streaming` (then fence as above). */
-void hccl_copy(void *dst, const void *src, uint64_t bytes, bool streaming);
-void hccl_stream_fence(void);
+
 
 /* ------------------------------------------------------------ operations */
 

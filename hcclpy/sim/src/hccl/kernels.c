@@ -12,9 +12,6 @@
 
 #include "hccl/internal.h"
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 /* The library is built at -O2, where GCC does not vectorise these loops. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -163,54 +160,7 @@ static inline uint16_t float_to_bf16(float f)
 
 enum { BLOCK = 1024 };
 
-/* Copies a block to memory that will not be read again soon, bypassing the
- * cache (no read-for-ownership of the destination): large reductions are
- * bound by memory traffic, and this removes a third of it.  The caller
- * orders these stores with hccl_stream_fence() before it publishes them. */
-static void copy_streaming(void *dst, const void *src, size_t bytes)
-{
-#if defined(__x86_64__)
-    char *d = dst;
-    const char *s = src;
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    if (head > bytes)
-        head = bytes;
-    memcpy(d, s, head);
-    d += head, s += head, bytes -= head;
-    for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-    }
-    memcpy(d, s, bytes);
-#else
-    memcpy(dst, src, bytes);
-#endif
-}
 
-void hccl_stream_fence(void)
-{
-#if defined(__x86_64__)
-    _mm_sfence();
-#else
-    atomic_thread_fence(memory_order_seq_cst);
-#endif
-}
-
-void hccl_copy(void *dst, const void *src, uint64_t bytes, bool streaming)
-{
-    if (bytes == 0 || dst == src)
-        return;
-    if (!streaming) {
-        memmove(dst, src, bytes);
-        return;
-    }
-    for (uint64_t done = 0; done < bytes; done += 1u << 16)
-        copy_streaming((char *)dst + done, (const char *)src + done, (size_t)SIM_MIN(bytes - done, 1u << 16));
-}
 
 /* One kernel per (element type, operator): T is the element, A the
  * accumulator, U the type arithmetic is done in. */
@@ -241,7 +191,7 @@ void hccl_copy(void *dst, const void *src, uint64_t bytes, bool streaming)
                 result[i] = STORE(T, acc[i]);                                                                 \
             for (int k = 0; k < nout; k++) {                                                                  \
                 if (streaming)                                                                                \
-                    copy_streaming((T *)outs[k] + start, result, m * sizeof(T));                              \
+                    sim_copy((T *)outs[k] + start, result, m * sizeof(T), true);                              \
                 else                                                                                          \
                     memcpy((T *)outs[k] + start, result, m * sizeof(T));                                      \
             }                                                                                                 \

@@ -1,0 +1,653 @@
+"""Every operation on NumPy arrays (``hcclpy.host``, reached through the ``Communicator`` methods)
+against a NumPy reference: 1-4 ranks as threads, every dtype (bfloat16 through ml_dtypes),
+multi-dimensional and non-contiguous inputs, ``out=``, the chunked path with a partial last chunk,
+hypothesis properties, argument errors, and the steady state (no new device scratch).
+
+Each rank computes every rank's input (``ranks.make_input``), runs its operations and returns a list
+of mismatches, so one run reports all of them. Results are compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hcclpy
+import hcclpy.host
+import ranks
+from ranks import DTYPES, REDUCE_OPS, make_input, np_dtype, reduce_reference
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.filterwarnings("ignore::hcclpy._ffi.SimulatorFallbackWarning")]
+
+SIZES = (1, 2, 3, 4)
+LAYOUTS = ("contiguous", "strided", "fortran")
+Shape = Tuple[int, ...]
+
+
+def run(size: int, fn: Callable[..., List[str]], *args: Any, timeout: float = 90.0) -> None:
+    """Run ``fn`` as ``size`` thread ranks; fail with every rank's mismatches."""
+    results = ranks.run_threads(fn, size, *args, timeout=timeout, env={"HCCL_EXEC_TIMEOUT": "10"})
+    problems = [f"rank {r}: {p}" for r, res in enumerate(results) for p in res]
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems[:40])
+
+
+def arrange(values: np.ndarray, shape: Shape, layout: str) -> np.ndarray:
+    """``values`` as an array of ``shape`` laid out as ``layout`` says (same logical contents)."""
+    logical = values.reshape(shape)
+    if layout == "contiguous":
+        return logical
+    if layout == "fortran":
+        return np.asfortranarray(logical)
+    if layout == "strided":  # every other element of the last axis of a twice-as-wide array
+        wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype=logical.dtype)
+        wide[..., ::2] = logical
+        return wide[..., ::2]
+    raise ValueError(layout)
+
+
+class Rank:
+    """One rank's communicator and the mismatches it found."""
+
+    def __init__(self, rank: int, size: int, info: bytes) -> None:
+        self.rank, self.size = rank, size
+        self.comm = hcclpy.Communicator(size, info, rank, device=rank)
+        self.problems: List[str] = []
+
+    def inputs(self, tag: str, shape: Shape, dtype: str, op: Optional[str] = None,
+               layout: str = "contiguous") -> List[np.ndarray]:
+        count = int(np.prod(shape, dtype=np.int64))
+        return [arrange(make_input(tag, j, count, dtype, op), shape, layout) for j in range(self.size)]
+
+    def eq(self, name: str, got: Any, want: np.ndarray) -> None:
+        if not isinstance(got, np.ndarray):
+            self.problems.append(f"{name}: returned {type(got).__name__}, expected an array")
+            return
+        problem = ranks.mismatch(name, got, np.ascontiguousarray(want))
+        if problem:
+            self.problems.append(problem)
+        elif not got.flags.c_contiguous:
+            self.problems.append(f"{name}: the result is not C-contiguous")
+
+    def check(self, name: str, condition: bool, detail: str = "") -> None:
+        if not condition:
+            self.problems.append(f"{name}: {detail or 'check failed'}")
+
+    def same(self, name: str, got: Any, want: Any) -> None:
+        self.check(name, got is want, f"returned {type(got).__name__} {id(got)}, expected the object passed")
+
+    def untouched(self, name: str, array: np.ndarray, before: np.ndarray) -> None:
+        self.check(name + " (input untouched)", array.tobytes() == before.tobytes(), "the input was modified")
+
+    def close(self) -> List[str]:
+        self.comm.destroy()
+        return self.problems
+
+
+def blocks(shape: Shape, size: int) -> Shape:
+    """The shape whose first axis splits into ``size`` blocks of ``shape``."""
+    return (shape[0] * size,) + shape[1:]
+
+
+# ------------------------------------------------------------------------ one operation each
+
+def op_all_reduce(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    xs = me.inputs(tag, shape, dtype, op, layout)
+    x, before = xs[me.rank], xs[me.rank].copy()
+    want = reduce_reference([np.ascontiguousarray(v) for v in xs], op, dtype)
+    me.eq(tag, me.comm.all_reduce(x, op=op), want)
+    out = np.full(shape, 7, dtype=np_dtype(dtype))
+    me.same(tag + " out=", me.comm.all_reduce(x, out=out, op=op), out)
+    me.eq(tag + " out=", out, want)
+    out2 = np.zeros(shape, dtype=np_dtype(dtype))
+    me.same(tag + " recv positional", me.comm.all_reduce(x, out2, op), out2)
+    me.eq(tag + " recv positional", out2, want)
+    me.untouched(tag, x, before)
+
+
+def op_broadcast(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    data = me.inputs(tag, shape, dtype, None, layout)[root]
+    x = data if me.rank == root else arrange(np.zeros(data.size, np_dtype(dtype)), shape, layout)
+    before = x.copy()
+    me.eq(tag, me.comm.broadcast(x, root), data)
+    out = np.empty(shape, dtype=np_dtype(dtype))
+    me.same(tag + " out=", me.comm.broadcast(x, root, out=out), out)
+    me.eq(tag + " out=", out, data)
+    me.untouched(tag, x, before)
+
+
+def op_reduce(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    xs = me.inputs(tag, shape, dtype, op, layout)
+    x = xs[me.rank]
+    want = reduce_reference([np.ascontiguousarray(v) for v in xs], op, dtype)
+    got = me.comm.reduce(x, op=op, root=root)
+    out = np.zeros(shape, dtype=np_dtype(dtype))
+    got_out = me.comm.reduce(x, out=out, op=op, root=root)
+    if me.rank == root:
+        me.eq(tag, got, want)
+        me.same(tag + " out=", got_out, out)
+        me.eq(tag + " out=", out, want)
+    else:
+        me.check(tag, got is None and got_out is None, "a non-root rank got a result")
+        me.check(tag + " out=", not out.any(), "a non-root rank's out was written")
+
+
+def op_all_gather(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    xs = me.inputs(tag, shape, dtype, None, layout)
+    want = np.stack([np.ascontiguousarray(v) for v in xs])
+    me.eq(tag, me.comm.all_gather(xs[me.rank]), want)
+    out = np.empty((me.size,) + shape, dtype=np_dtype(dtype))
+    me.same(tag + " out=", me.comm.all_gather(xs[me.rank], out=out), out)
+    me.eq(tag + " out=", out, want)
+
+
+def op_reduce_scatter(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    xs = me.inputs(tag, blocks(shape, me.size), dtype, op, layout)
+    full = reduce_reference([np.ascontiguousarray(v) for v in xs], op, dtype)
+    want = full[me.rank * shape[0]:(me.rank + 1) * shape[0]]
+    me.eq(tag, me.comm.reduce_scatter(xs[me.rank], op=op), want)
+    out = np.empty(shape, dtype=np_dtype(dtype))
+    me.same(tag + " out=", me.comm.reduce_scatter(xs[me.rank], out=out, op=op), out)
+    me.eq(tag + " out=", out, want)
+
+
+def op_all_to_all(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    xs = me.inputs(tag, blocks(shape, me.size), dtype, None, layout)
+    b, r = shape[0], me.rank
+    want = np.concatenate([np.ascontiguousarray(v)[r * b:(r + 1) * b] for v in xs])
+    me.eq(tag, me.comm.all_to_all(xs[r]), want)
+    out = np.empty(blocks(shape, me.size), dtype=np_dtype(dtype))
+    me.same(tag + " out=", me.comm.all_to_all(xs[r], out=out), out)
+    me.eq(tag + " out=", out, want)
+
+
+def op_scatter(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    data = me.inputs(tag, blocks(shape, me.size), dtype, None, layout)[root]
+    b, r = shape[0], me.rank
+    want = np.ascontiguousarray(data)[r * b:(r + 1) * b]
+    dt = np_dtype(dtype)
+    if r == root:
+        me.eq(tag, me.comm.scatter(data, root=root), want)
+        out = np.empty(shape, dtype=dt)
+        me.same(tag + " out=", me.comm.scatter(data, root=root, out=out), out)
+        me.eq(tag + " out=", out, want)
+    else:
+        me.eq(tag + " template", me.comm.scatter(np.zeros(blocks(shape, me.size), dt), root=root), want)
+        out = np.empty(shape, dtype=dt)
+        me.same(tag + " out=", me.comm.scatter(None, root=root, out=out), out)
+        me.eq(tag + " out=", out, want)
+
+
+def _counts(size: int, salt: int) -> List[int]:
+    """Uneven per-rank counts, none zero (zero is its own test)."""
+    return [1 + (3 * j + salt) % 4 for j in range(size)]
+
+
+def op_all_gather_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    counts = _counts(me.size, root)
+    xs = [make_input(tag, j, counts[j], dtype) for j in range(me.size)]
+    mine = arrange(xs[me.rank], (counts[me.rank],), layout)
+    me.eq(tag, me.comm.all_gather_v(mine, counts), np.concatenate(xs))
+    # Gapped displacements, through the module function: only the blocks are defined.
+    displs = list(np.cumsum([0] + [c + 2 for c in counts[:-1]]))
+    got = hcclpy.host.all_gather_v(me.comm, mine, counts, recv_displs=displs)
+    me.eq(tag + " displs", np.concatenate([got[d:d + c] for d, c in zip(displs, counts)]), np.concatenate(xs))
+
+
+def op_reduce_scatter_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    counts = _counts(me.size, root + 1)
+    total = sum(counts)
+    xs = [make_input(tag, j, total, dtype, op) for j in range(me.size)]
+    full = reduce_reference(xs, op, dtype)
+    start = sum(counts[:me.rank])
+    want = full[start:start + counts[me.rank]]
+    me.eq(tag, me.comm.reduce_scatter_v(arrange(xs[me.rank], (total,), layout), counts, op=op), want)
+    out = np.empty(counts[me.rank], dtype=np_dtype(dtype))
+    got = hcclpy.host.reduce_scatter_v(me.comm, xs[me.rank], counts, out=out, op=op)
+    me.same(tag + " out=", got, out)
+    me.eq(tag + " out=", out, want)
+
+
+def _matrix(size: int, salt: int) -> np.ndarray:
+    """``m[i][j]``: elements rank i sends to rank j (every row and column non-zero)."""
+    return np.array([[1 + (i + 2 * j + salt) % 3 for j in range(size)] for i in range(size)], dtype=np.int64)
+
+
+def _a2av_reference(xs: Sequence[np.ndarray], matrix: np.ndarray, rank: int) -> np.ndarray:
+    parts = []
+    for i, x in enumerate(xs):
+        start = int(matrix[i, :rank].sum())
+        parts.append(x[start:start + int(matrix[i, rank])])
+    return np.concatenate(parts)
+
+
+def op_all_to_all_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    m = _matrix(me.size, root)
+    xs = [make_input(tag, i, int(m[i].sum()), dtype) for i in range(me.size)]
+    mine = arrange(xs[me.rank], (xs[me.rank].size,), layout)
+    want = _a2av_reference(xs, m, me.rank)
+    me.eq(tag, me.comm.all_to_all_v(mine, list(m[me.rank]), list(m[:, me.rank])), want)
+    out = np.empty(want.size, dtype=np_dtype(dtype))
+    got = hcclpy.host.all_to_all_v(me.comm, mine, list(m[me.rank]), list(m[:, me.rank]), out=out)
+    me.same(tag + " out=", got, out)
+    me.eq(tag + " out=", out, want)
+
+
+def op_all_to_all_vc(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    m = _matrix(me.size, root + 1)
+    xs = [make_input(tag, i, int(m[i].sum()), dtype) for i in range(me.size)]
+    mine = arrange(xs[me.rank], (xs[me.rank].size,), layout)
+    me.eq(tag, me.comm.all_to_all_vc(mine, m), _a2av_reference(xs, m, me.rank))
+    me.eq(tag + " list", me.comm.all_to_all_vc(mine, m.tolist()), _a2av_reference(xs, m, me.rank))
+
+
+def op_send_recv(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    if me.size == 1:
+        return
+    n, r = me.size, me.rank
+    xs = me.inputs(tag, shape, dtype, None, layout)
+    target = np.empty(shape, dtype=np_dtype(dtype))
+    if r % 2 == 0:  # even ranks send first, odd ranks receive first: blocking calls pair up
+        me.comm.send(xs[r], (r + 1) % n)
+        got = me.comm.recv(target, (r - 1) % n)
+    else:
+        got = me.comm.recv(target, (r - 1) % n)
+        me.comm.send(xs[r], (r + 1) % n)
+    me.same(tag, got, target)
+    me.eq(tag, target, xs[(r - 1) % n])
+
+
+def op_batch_send_recv(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    if me.size == 1:
+        return
+    n, r = me.size, me.rank
+    xs = me.inputs(tag, shape, dtype, None, layout)
+    small = [make_input(tag + "/small", j, 3, dtype) for j in range(n)]
+    from_left = np.empty(shape, dtype=np_dtype(dtype))
+    from_right = np.empty(3, dtype=np_dtype(dtype))
+    me.comm.batch_send_recv([("send", xs[r], (r + 1) % n), ("recv", from_left, (r - 1) % n),
+                             ("send", small[r], (r - 1) % n), ("recv", from_right, (r + 1) % n)])
+    me.eq(tag, from_left, xs[(r - 1) % n])
+    me.eq(tag + " small", from_right, small[(r + 1) % n])
+
+
+def op_barrier(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
+    hcclpy.host.barrier(me.comm)
+    me.comm.barrier()
+    me.comm.device.default_stream.synchronize()
+
+
+OPERATIONS: Dict[str, Callable[..., None]] = {
+    name[3:]: fn for name, fn in sorted(globals().items()) if name.startswith("op_")}
+
+
+def _every_operation(rank: int, size: int, info: bytes, layout: str, shape: Shape,
+                     dtypes: Sequence[str]) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        for d, dtype in enumerate(dtypes):
+            for o, (name, fn) in enumerate(OPERATIONS.items()):
+                op = REDUCE_OPS[(d + o) % len(REDUCE_OPS)]
+                root = (d + o) % size
+                fn(me, f"{name}/{dtype}/{shape}/{layout}/{op}/root{root}", dtype, shape, layout, op, root)
+        # Every reduce op, for every dtype, on all_reduce.
+        for dtype in dtypes:
+            for op in REDUCE_OPS:
+                op_all_reduce(me, f"all_reduce/{dtype}/{op}", dtype, (5,), layout, op, 0)
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", SIZES)
+def test_every_operation_and_dtype(size: int, layout: str) -> None:
+    shape = (2, 3, 2) if layout == "contiguous" else (2, 3)
+    run(size, _every_operation, layout, shape, DTYPES)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 1), (1, 1, 4), (2, 2, 2, 2)], ids=str)
+def test_shapes(shape: Shape) -> None:
+    run(3, _every_operation, "contiguous", shape, ("int32", "float16"))
+
+
+def test_every_operation_is_a_communicator_method() -> None:
+    for name in OPERATIONS:
+        assert hasattr(hcclpy.Communicator, name) or name == "send_recv", name
+    assert set(hcclpy.host.__all__) >= {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                                        "all_to_all", "scatter", "all_gather_v", "reduce_scatter_v", "all_to_all_v",
+                                        "all_to_all_vc", "send", "recv", "batch_send_recv", "barrier"}
+
+
+# --------------------------------------------------------------------------- chunked path
+
+def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str], chunk: int) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        for d, dtype in enumerate(dtypes):
+            step = max(chunk // np_dtype(dtype).itemsize, 1)
+            me.check(f"{dtype} partial last chunk", count > step and count % step != 0,
+                     f"count {count} does not end in a partial chunk of {step}")
+            op = REDUCE_OPS[d % len(REDUCE_OPS)]
+            tag = f"chunked/{dtype}/{op}"
+            shape = (count // 2, 2) if count % 2 == 0 else (count,)
+            op_all_reduce(me, tag, dtype, shape, "contiguous", op, 0)
+            op_all_reduce(me, tag + "/strided", dtype, shape, "strided", op, 0)
+            op_broadcast(me, tag + "/bcast", dtype, shape, "fortran", op, size - 1)
+            op_reduce(me, tag + "/reduce", dtype, shape, "contiguous", op, (d + 1) % size)
+            staging = me.comm._host_state
+            for slot in ("send", "recv"):
+                buf = staging._buffers[slot]
+                me.check(f"{tag} {slot} scratch", buf.nbytes <= max(chunk, 1) * 2,
+                         f"{buf.nbytes} bytes of scratch for chunks of {chunk} bytes: not chunked")
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_chunked_path_with_a_partial_last_chunk(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 1000)  # 1000 bytes: not a multiple of 8 either
+    run(size, _chunked, 2 * 1234, DTYPES, 1000)
+
+
+def test_arrays_larger_than_the_default_chunk() -> None:
+    chunk = hcclpy.host.CHUNK_BYTES  # 1 MiB unless HCCLPY_HOST_CHUNK_BYTES says otherwise
+    count = 5 * chunk // 4 + 8  # float32: 5 chunks and 32 bytes; float64: 10 and 64; 16-bit: 2.5 chunks
+    run(2, _chunked, count, ("float32", "float64", "bfloat16" if ranks.HAVE_BF16 else "float16"), chunk)
+
+
+# ------------------------------------------------------------------------- steady state
+
+def _steady_state(rank: int, size: int, info: bytes, chunk_small: bool) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        r, n = rank, size
+        big = np.arange(4096, dtype=np.float32) + r
+        calls: List[Tuple[str, Callable[[], Any]]] = [
+            ("all_reduce", lambda: me.comm.all_reduce(big, out=np.empty_like(big))),
+            ("broadcast", lambda: me.comm.broadcast(big, 0)),
+            ("reduce", lambda: me.comm.reduce(big, root=n - 1)),
+            ("all_gather", lambda: me.comm.all_gather(big[:100])),
+            ("reduce_scatter", lambda: me.comm.reduce_scatter(big[:8 * n])),
+            ("all_to_all", lambda: me.comm.all_to_all(big[:4 * n])),
+            ("scatter", lambda: me.comm.scatter(big[:2 * n], root=0)),
+            ("all_gather_v", lambda: me.comm.all_gather_v(big[:r + 1], list(range(1, n + 1)))),
+            ("batch_send_recv", lambda: me.comm.batch_send_recv(
+                [("send", big[:10], (r + 1) % n), ("recv", np.empty(10, np.float32), (r - 1) % n)])),
+            ("barrier", lambda: hcclpy.host.barrier(me.comm)),
+        ]
+        for name, call in calls:
+            call()  # the first call may allocate
+            state = me.comm._host_state
+            before = dict(state._buffers)
+            stream = state.stream
+            for _ in range(3):
+                call()
+            after = me.comm._host_state
+            me.check(name, after is state and after.stream is stream, "the staging state or stream was replaced")
+            me.check(name, set(after._buffers) == set(before) and
+                     all(after._buffers[k] is v for k, v in before.items()),
+                     f"new device scratch: {sorted(before)} -> {sorted(after._buffers)}")
+        # A smaller call after the larger ones reuses what is there.
+        before = dict(me.comm._host_state._buffers)
+        me.comm.all_reduce(big[:3])
+        me.check("smaller", all(me.comm._host_state._buffers[k] is v for k, v in before.items()),
+                 "a smaller call allocated")
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("chunk_small", [False, True], ids=["whole", "chunked"])
+def test_steady_state_allocates_no_device_scratch(monkeypatch: pytest.MonkeyPatch, chunk_small: bool) -> None:
+    if chunk_small:
+        monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 1024)
+    run(2, _steady_state, chunk_small)
+
+
+def _destroy_frees_staging(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    me.comm.all_reduce(np.ones(10))
+    state = me.comm._host_state
+    problems = me.close()
+    if me.comm._host_state is not None or state._buffers or not state.stream.closed:
+        problems.append("destroy left the staging buffers or stream alive")
+    return problems
+
+
+def test_destroy_releases_the_staging() -> None:
+    run(2, _destroy_frees_staging)
+
+
+# ------------------------------------------------------------------------------ hypothesis
+
+SETTINGS = settings(max_examples=60, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY_OPERATIONS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "scatter",
+                       "send_recv", "batch_send_recv")
+
+
+def _one(rank: int, size: int, info: bytes, name: str, dtype: str, shape: Shape, layout: str, op: str,
+         root: int) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        OPERATIONS[name](me, f"property/{name}", dtype, shape, layout, op, root)
+    finally:
+        me.close()
+    return me.problems
+
+
+# No zero-sized dimensions: a rank with nothing to send is its own test below.
+shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
+
+
+@SETTINGS
+@given(size=st.sampled_from(SIZES), name=st.sampled_from(PROPERTY_OPERATIONS), dtype=st.sampled_from(DTYPES),
+       shape=shapes, layout=st.sampled_from(LAYOUTS), op=st.sampled_from(REDUCE_OPS), root=st.integers(0, 3))
+def test_property_operations(size: int, name: str, dtype: str, shape: Shape, layout: str, op: str,
+                             root: int) -> None:
+    run(size, _one, name, dtype, shape, layout, op, root % size, timeout=60)
+
+
+def _uneven(rank: int, size: int, info: bytes, kind: str, matrix: List[List[int]], dtype: str, op: str,
+            layout: str) -> List[str]:
+    me = Rank(rank, size, info)
+    m = np.array(matrix, dtype=np.int64)
+    tag = f"uneven/{kind}"
+    try:
+        if kind in ("all_to_all_v", "all_to_all_vc"):
+            xs = [make_input(tag, i, int(m[i].sum()), dtype) for i in range(size)]
+            mine = arrange(xs[rank], (xs[rank].size,), layout)
+            want = _a2av_reference(xs, m, rank)
+            got = (me.comm.all_to_all_vc(mine, m) if kind == "all_to_all_vc"
+                   else me.comm.all_to_all_v(mine, list(m[rank]), list(m[:, rank])))
+            me.eq(tag, got, want)
+        elif kind == "all_gather_v":
+            counts = [int(c) for c in m[0]]
+            xs = [make_input(tag, j, counts[j], dtype) for j in range(size)]
+            me.eq(tag, me.comm.all_gather_v(arrange(xs[rank], (counts[rank],), layout), counts), np.concatenate(xs))
+        else:
+            counts = [int(c) for c in m[0]]
+            xs = [make_input(tag, j, sum(counts), dtype, op) for j in range(size)]
+            start = sum(counts[:rank])
+            want = reduce_reference(xs, op, dtype)[start:start + counts[rank]]
+            me.eq(tag, me.comm.reduce_scatter_v(arrange(xs[rank], (sum(counts),), layout), counts, op=op), want)
+    finally:
+        me.close()
+    return me.problems
+
+
+@st.composite
+def uneven_cases(draw: Any) -> Tuple[int, str, List[List[int]]]:
+    size = draw(st.sampled_from(SIZES))
+    kind = draw(st.sampled_from(["all_to_all_v", "all_to_all_vc", "all_gather_v", "reduce_scatter_v"]))
+    # Zero entries allowed, but every rank sends and receives something (see the zero-count test).
+    matrix = draw(st.lists(st.lists(st.integers(0, 4), min_size=size, max_size=size), min_size=size, max_size=size)
+                  .filter(lambda m: all(sum(row) for row in m) and all(sum(col) for col in zip(*m))))
+    if kind in ("all_gather_v", "reduce_scatter_v"):
+        matrix = [[c + 1 for c in matrix[0]]] * size
+    return size, kind, matrix
+
+
+@SETTINGS
+@given(case=uneven_cases(), dtype=st.sampled_from(DTYPES), op=st.sampled_from(REDUCE_OPS),
+       layout=st.sampled_from(["contiguous", "strided"]))
+def test_property_uneven(case: Tuple[int, str, List[List[int]]], dtype: str, op: str, layout: str) -> None:
+    size, kind, matrix = case
+    run(size, _uneven, kind, matrix, dtype, op, layout, timeout=60)
+
+
+# ---------------------------------------------------------------------------------- errors
+
+def _errors(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    comm = me.comm
+    x = np.arange(2 * size * 3, dtype=np.float32).reshape(2 * size, 3)
+    readonly = np.zeros_like(x)
+    readonly.flags.writeable = False
+    strided_out = np.zeros((2 * size, 6), dtype=np.float32)[:, ::2]
+    cases: List[Tuple[str, Callable[[], Any], type, str]] = [
+        ("read-only out", lambda: comm.all_reduce(x, out=readonly), ValueError, r"out is read-only"),
+        ("non-contiguous out", lambda: comm.all_reduce(x, out=strided_out), ValueError, r"out must be C-contiguous"),
+        ("out dtype", lambda: comm.all_reduce(x, out=np.zeros_like(x, dtype=np.float64)), TypeError,
+         r"out\.dtype is float64, the result is float32"),
+        ("out size", lambda: comm.all_reduce(x, out=np.zeros(5, np.float32)), ValueError, r"out has 5 elements"),
+        ("out not an array", lambda: comm.all_reduce(x, out=[0.0] * x.size), TypeError, r"out must be a numpy"),
+        ("broadcast out size", lambda: comm.broadcast(x, 0, out=np.zeros(3, np.float32)), ValueError, r"out has 3"),
+        ("reduce out dtype", lambda: comm.reduce(x, out=np.zeros(x.shape, np.int32), root=rank), TypeError,
+         r"out\.dtype"),
+        ("all_gather out size", lambda: comm.all_gather(x, out=np.zeros(5, np.float32)), ValueError,
+         r"out has 5 elements"),
+        ("reduce_scatter out", lambda: comm.reduce_scatter(x, out=readonly[:2]), ValueError, r"out is read-only"),
+        ("scatter out", lambda: comm.scatter(x, root=rank, out=np.zeros((2, 3), np.float64)), TypeError,
+         r"out\.dtype"),
+        ("list input", lambda: hcclpy.host.all_reduce(comm, [1.0, 2.0]), TypeError,
+         r"array must be a numpy\.ndarray, got list"),
+        ("list through the method", lambda: comm.all_reduce([1.0, 2.0]), TypeError, r"send"),
+        ("scalar input", lambda: hcclpy.host.broadcast(comm, 3.0), TypeError, r"array must be a numpy\.ndarray"),
+        ("bool dtype", lambda: comm.all_reduce(np.ones(3, bool)), TypeError, r"array\.dtype.*bool"),
+        ("complex dtype", lambda: comm.all_gather(np.ones(3, complex)), TypeError, r"array\.dtype.*complex"),
+        ("object dtype", lambda: comm.all_reduce(np.array([1, "a"], dtype=object)), TypeError, r"array\.dtype"),
+        ("recv list", lambda: hcclpy.host.recv(comm, [0.0], 0), TypeError, r"array must be a numpy"),
+        ("recv read-only", lambda: comm.recv(readonly, 0), ValueError, r"array is read-only"),
+        ("recv non-contiguous", lambda: comm.recv(strided_out, 0), ValueError, r"array must be C-contiguous"),
+        ("scatter without out", lambda: hcclpy.host.scatter(comm, None, root=(rank + 1) % size), ValueError,
+         r"array on the root, and out"),
+        ("reduce_scatter_v counts", lambda: comm.reduce_scatter_v(x, [1] * (size + 1)), ValueError,
+         r"send_counts must have"),
+        ("all_to_all_vc matrix", lambda: comm.all_to_all_vc(x, np.ones((size + 1, size))), ValueError,
+         r"send_count_matrix must be"),
+        ("not a communicator", lambda: hcclpy.host.all_reduce(object(), x), TypeError, r"comm must be"),
+    ]
+    if size > 1:
+        odd = np.zeros((2 * size + 1, 3), np.float32)
+        cases += [
+            ("reduce_scatter first axis", lambda: comm.reduce_scatter(odd), ValueError,
+             rf"first axis.*multiple of {size}.*\({2 * size + 1}, 3\)"),
+            ("all_to_all first axis", lambda: comm.all_to_all(odd), ValueError, r"first axis"),
+            ("scatter first axis", lambda: comm.scatter(odd, root=rank), ValueError, r"first axis"),
+        ]
+    cases += [  # last: batch_send_recv sets up its staging stream before it looks at the items
+        ("batch item", lambda: comm.batch_send_recv([("put", x, 0)]), ValueError, r"items\[0\]"),
+        ("batch read-only recv", lambda: hcclpy.host.batch_send_recv(comm, [("recv", readonly, 0)]), ValueError,
+         r"items\[0\] array is read-only"),
+    ]
+    try:
+        for name, call, kind, pattern in cases:
+            try:
+                call()
+            except kind as exc:
+                if not re.search(pattern, str(exc)):
+                    me.problems.append(f"{name}: {type(exc).__name__}({exc}) does not match {pattern!r}")
+            except Exception as exc:  # noqa: BLE001
+                me.problems.append(f"{name}: raised {type(exc).__name__}({exc}), expected {kind.__name__}")
+            else:
+                me.problems.append(f"{name}: no error, expected {kind.__name__}")
+            # Refused before any device work (batch_send_recv makes its stream first: harmless).
+            me.check(name, comm._host_state is None or name.startswith("batch"),
+                     "the refusal came after device staging was set up")
+        # The communicator still works.
+        me.eq("after errors", comm.all_reduce(np.ones(4, np.int32)), np.full(4, size, np.int32))
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_argument_errors(size: int) -> None:
+    run(size, _errors)
+
+
+def _destroyed(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    me.comm.destroy()
+    try:
+        me.comm.all_reduce(np.ones(2))
+    except ValueError as exc:
+        return [] if "destroyed" in str(exc) else [f"message: {exc}"]
+    return ["all_reduce on a destroyed communicator did not raise"]
+
+
+def test_destroyed_communicator() -> None:
+    run(1, _destroyed)
+
+
+# ------------------------------------------------------------------------------ known bugs
+
+def _zero_dimensional(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        x = np.array(rank + 1, dtype=np.float32)
+        got = me.comm.all_reduce(x)
+        me.check("all_reduce 0-d", got.shape == (), f"shape {got.shape}, expected ()")
+        gathered = me.comm.all_gather(x)
+        me.check("all_gather 0-d", gathered.shape == (size,), f"shape {gathered.shape}, expected ({size},)")
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_zero_dimensional_arrays_keep_their_shape() -> None:
+    run(2, _zero_dimensional)
+
+
+def _nothing_to_contribute(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        counts = [0, 3]  # rank 0 contributes nothing
+        got = me.comm.all_gather_v(np.arange(counts[rank], dtype=np.float32) + 10, counts)
+        me.eq("all_gather_v", got, np.arange(3, dtype=np.float32) + 10)
+    except Exception as exc:  # noqa: BLE001 - reported; the finally releases the peer
+        me.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_a_rank_with_nothing_to_contribute() -> None:
+    run(2, _nothing_to_contribute, timeout=30)
+
+
+def _memmap_input(rank: int, size: int, info: bytes, path: str) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        weights = np.load(path, mmap_mode="r")  # a numpy.memmap, a subclass of numpy.ndarray
+        me.eq("memmap", me.comm.all_reduce(weights), np.arange(6, dtype=np.float32) * size)
+    except Exception as exc:  # noqa: BLE001
+        me.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_ndarray_subclasses_take_the_numpy_path(tmp_path: Any) -> None:
+    path = os.path.join(str(tmp_path), "weights.npy")
+    np.save(path, np.arange(6, dtype=np.float32))
+    run(2, _memmap_input, path)
