@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import collectives
+from . import _ffi, collectives
 from ._comm_core import CommCore
 from .runtime import DeviceArray, Stream, empty
 from .types import DataType, ReduceOp, as_datatype
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
-CHUNK_BYTES = int(os.environ.get("HCCLPY_HOST_CHUNK_BYTES", str(1 << 20)))
+CHUNK_BYTES = int(os.environ.get("HCCLPY_HOST_CHUNK_BYTES", str(2 << 20)))
 
 
 class _Staging:
@@ -115,6 +115,18 @@ def _flat(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1)
 
 
+_H2D, _D2H = 1, 2  # aclrtMemcpyKind
+
+
+def _copy(stream: Stream, dst: Any, src: Any, nbytes: int, kind: int) -> None:
+    """Queue one copy between host and device memory (C pointers) on ``stream``. From pageable
+    host memory it is done when the call returns, as in AscendCL."""
+    if nbytes:
+        rc = _ffi.api().aclrtMemcpyAsync(dst, nbytes, src, nbytes, kind, stream._cdata())
+        if rc:
+            raise _ffi.acl_failure(rc, "aclrtMemcpyAsync")
+
+
 def _chunked(comm: CommCore, source: Optional[np.ndarray], result: Optional[np.ndarray], count: int,
              dtype: DataType, run: Any) -> None:
     """Stage ``count`` elements through the device in chunks: copy ``source`` in, ``run(send, recv,
@@ -122,19 +134,23 @@ def _chunked(comm: CommCore, source: Optional[np.ndarray], result: Optional[np.n
     (``source`` or ``result`` may be None on ranks that lack it)."""
     staging = _staging(comm)
     stream = staging.stream
-    step = max(CHUNK_BYTES // dtype.itemsize, 1)
+    itemsize = dtype.itemsize
+    step = max(CHUNK_BYTES // itemsize, 1)
     send = staging.buffer("send", min(step, count), dtype)
     recv = staging.buffer("recv", min(step, count), dtype)
-    src = None if source is None else _flat(source)
-    dst = None if result is None else _flat(result)
+    # Raw pointers into the arrays: the copies below are a C call each, with no view objects.
+    src = None if source is None else _ffi.from_buffer("char[]", source)
+    dst = None if result is None else _ffi.from_buffer("char[]", result, require_writable=True)
     for start in range(0, count, step):
-        stop = min(count, start + step)
-        dev_send, dev_recv = send[: stop - start], recv[: stop - start]
+        length = min(step, count - start)
+        if length != len(send):  # only the last chunk can be shorter
+            send, recv = send[:length], recv[:length]
+        offset, nbytes = start * itemsize, length * itemsize
         if src is not None:
-            dev_send.copy_from(src[start:stop], stream=stream)
-        produced = run(dev_send, dev_recv, stream)
+            _copy(stream, send._cptr, src + offset, nbytes, _H2D)
+        produced = run(send, recv, stream)
         if dst is not None:
-            produced.copy_to(dst[start:stop], stream=stream)
+            _copy(stream, dst + offset, produced._cptr, nbytes, _D2H)
     stream.synchronize()
 
 
@@ -146,10 +162,10 @@ def _whole(comm: CommCore, source: Optional[np.ndarray], send_count: int, result
     send = staging.buffer("send", send_count, dtype)
     recv = staging.buffer("recv", recv_count, dtype)
     if source is not None:
-        send.copy_from(_flat(source), stream=stream)
+        _copy(stream, send._cptr, _ffi.from_buffer("char[]", source), send.nbytes, _H2D)
     run(send, recv, stream)
     if result is not None:
-        recv.copy_to(_flat(result), stream=stream)
+        _copy(stream, _ffi.from_buffer("char[]", result, require_writable=True), recv._cptr, recv.nbytes, _D2H)
     stream.synchronize()
 
 
@@ -159,8 +175,9 @@ def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
+    # In place on the staged chunk: half the cache footprint of separate send and receive buffers.
     _chunked(comm, source, result, source.size, dtype,
-             lambda s, r, stream: collectives.all_reduce(comm, s, r, op, stream=stream))  # returns r
+             lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))  # returns s
     return result
 
 
@@ -328,7 +345,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
         if kind == "send":
             source, dtype = _input(array, f"items[{index}] array")
             buf = staging.buffer(f"batch{index}", source.size, dtype)
-            buf.copy_from(_flat(source), stream=stream)
+            _copy(stream, buf._cptr, _ffi.from_buffer("char[]", source), buf.nbytes, _H2D)
         else:
             target = _target(array, f"items[{index}] array")
             buf = staging.buffer(f"batch{index}", target.size, as_datatype(target.dtype))
@@ -336,7 +353,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
         device_items.append((kind, buf, peer))
     collectives.batch_send_recv(comm, device_items, stream=stream)
     for buf, target in receives:
-        buf.copy_to(_flat(target), stream=stream)
+        _copy(stream, _ffi.from_buffer("char[]", target, require_writable=True), buf._cptr, buf.nbytes, _D2H)
     stream.synchronize()
 
 

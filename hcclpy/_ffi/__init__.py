@@ -126,9 +126,9 @@ def buffer(pointer: Any, size: int = -1) -> Any:
     return ffi.buffer(pointer, size) if size >= 0 else ffi.buffer(pointer)
 
 
-def from_buffer(ctype: str, data: Any) -> Any:
+def from_buffer(ctype: str, data: Any, require_writable: bool = False) -> Any:
     """A C array aliasing a Python buffer (``ffi.from_buffer``); it keeps ``data`` alive."""
-    return ffi.from_buffer(ctype, data)
+    return ffi.from_buffer(ctype, data, require_writable=require_writable)
 
 
 def string(pointer: Any) -> str:
