@@ -483,6 +483,12 @@ SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_
     sim_stream_t *stream = sim_stream_resolve(handle, &err);
     if (stream == NULL)
         return err;
+    if (timeout == 0) {
+        /* Only asks whether the work is done: nothing is run or waited for. */
+        if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued))
+            return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "the stream still has work queued");
+        return sim_stream_sync_to(stream, 0, SIM_NO_DEADLINE); /* reports a sticky error */
+    }
     int64_t deadline = timeout < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout * SIM_NS_PER_MS;
     return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), deadline);
 }
