@@ -3,24 +3,9 @@ rank tables, HcclCommInitAll driven from one thread, and HcclGroupStart/End."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-
-def _load_runner():
-    name = "hcclpy_tests_c_runner"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "c" / "runner.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-runner = _load_runner()
+import sim_runner as runner
 
 MATRIX = [(n, mode) for n in (1, 2, 3, 4, 8) for mode in ("threads", "procs")] + [(4, "mixed")]
 IDS = [f"{m}-{n}" for n, m in MATRIX]

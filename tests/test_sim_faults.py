@@ -3,24 +3,9 @@ within the configured timeout (+2 s), never hang, and can build a new communicat
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-
-def _load_runner():
-    name = "hcclpy_tests_c_runner"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "c" / "runner.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-runner = _load_runner()
+import sim_runner as runner
 
 FAULT_ENV = {"HCCL_EXEC_TIMEOUT": "5", "HCCL_CONNECT_TIMEOUT": "3"}
 CASES = [("exit", 3), ("kill", 3), ("sleep", 3), ("sleep-config", 3), ("connect", 3), ("exit", 2)]

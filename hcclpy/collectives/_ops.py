@@ -621,43 +621,36 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
 
 # ---------------------------------------------------------------------------- point to point
 
-def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
-    """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], name: str) -> None:
+    """Queue ``HcclSend`` or ``HcclRecv`` (``name``) of ``buf`` with ``peer``."""
     if type(buf) is DeviceArray and type(peer) is int:
         st = _fast(comm, stream)
         if st is not None and 0 <= peer < comm._size and peer != comm._rank \
                 and buf._alloc.live_device == comm._device_id:
-            _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
-                  "HcclSend", st, buf)
-            return None
-    if isinstance(buf, np.ndarray) and _host is not None:
-        return _host.send(comm, buf, peer)
+            _done(getattr(comm._api, name)(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
+                  name, st, buf)
+            return
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     peer = _peer(comm, peer)
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
-    _done(comm._api.HcclSend(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclSend", st, buf)
+    _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, buf)
+
+
+def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
+    """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+    if isinstance(buf, np.ndarray) and _host is not None:
+        return _host.send(comm, buf, peer)
+    _point_to_point(comm, buf, peer, stream, "HcclSend")
     return None
 
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
-    if type(buf) is DeviceArray and type(peer) is int:
-        st = _fast(comm, stream)
-        if st is not None and 0 <= peer < comm._size and peer != comm._rank \
-                and buf._alloc.live_device == comm._device_id:
-            _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
-                  "HcclRecv", st, buf)
-            return buf
     if isinstance(buf, np.ndarray) and _host is not None:
         return _host.recv(comm, buf, peer)
-    handle = _comm_handle(comm)
-    st = _stream(comm, stream)
-    peer = _peer(comm, peer)
-    b = resolve(buf, "buf")
-    _on_device(comm, b, "buf")
-    _done(comm._api.HcclRecv(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), "HcclRecv", st, buf)
+    _point_to_point(comm, buf, peer, stream, "HcclRecv")
     return buf
 
 

@@ -14,13 +14,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 typedef struct {
     h_ctx *ctx;
     HcclComm comm;

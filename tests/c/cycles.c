@@ -18,13 +18,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 #define COUNT 1024
 #define WARMUP 20
 #define MAX_NAMES 4096

@@ -15,13 +15,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 /* An HCCL call that must be refused with `code` (H_ANY_ERROR: any non-zero code). */
 #define REFUSED(ctx, call, code)                                                                \
     do {                                                                                        \

@@ -24,13 +24,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 enum { CASE_EXIT, CASE_KILL, CASE_SLEEP, CASE_CONNECT };
 
 /* sleep-config: the comm's hcclExecTimeOut, with a much longer HCCL_EXEC_TIMEOUT around it */

@@ -16,13 +16,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 /* Elements rank a sends to rank b (in a given pattern). */
 static uint64_t pcount(uint32_t a, uint32_t b, uint32_t salt)
 {

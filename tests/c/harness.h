@@ -309,4 +309,12 @@ void h_log(h_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 }
 #endif
 
+/* Propagates a failed step (a negative return) out of the calling function. */
+#define RUN(x)                                                                                  \
+    do {                                                                                        \
+        if ((x) < 0) {                                                                          \
+            return -1;                                                                          \
+        }                                                                                       \
+    } while (0)
+
 #endif /* HCCLPY_TEST_HARNESS_H */

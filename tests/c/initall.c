@@ -16,13 +16,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 typedef struct {
     uint32_t n;
     int32_t dev[H_MAX_RANKS];

@@ -16,13 +16,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 #define PATH_LEN 512
 
 static int write_file(const char *path, const char *text)

@@ -14,13 +14,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 #define MiB ((size_t)1 << 20)
 
 /* 8 by default, HCCLPY_SIM_DEVICES when set; ASCEND_RT_VISIBLE_DEVICES lists the visible ones. */

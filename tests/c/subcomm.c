@@ -19,13 +19,6 @@
 
 #include "harness.h"
 
-#define RUN(x)                                                                                  \
-    do {                                                                                        \
-        if ((x) < 0) {                                                                          \
-            return -1;                                                                          \
-        }                                                                                       \
-    } while (0)
-
 #define OUTSIDE_ID 0xFFFFFFFFULL
 
 /* A name prefix unique to this run, made by rank 0 and shared out of band. */

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-C_DIR = Path(__file__).resolve().parent
+C_DIR = Path(__file__).resolve().parent / "c"
 HARNESS = C_DIR / "harness.c"
 
 # Environment for every run: fail a stuck operation or init long before the deadline of the
