@@ -12,7 +12,7 @@ import numpy as np
 from . import _ffi, collectives, host
 from ._comm_core import CommCore
 from .config import CommConfig
-from .errors import HcclError, HcclResult
+from .errors import HcclError, HcclResult, UnsupportedError
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
 
@@ -193,15 +193,25 @@ class Communicator(CommCore):
         _ffi.check_hccl(bound.HcclCommInitAll(len(ids), _ffi.new("int32_t[]", ids), comms), "HcclCommInitAll")
         return [cls._from_handle(comms[i], Device(d), None, rank=i, size=len(ids)) for i, d in enumerate(ids)]
 
-    def split(self, ranks: Sequence[int], *, config: ConfigLike = None) -> Optional["Communicator"]:
+    def split(self, ranks: Sequence[int], *, config: ConfigLike = None,
+              sub_id: Optional[int] = None) -> Optional["Communicator"]:
         """Create a sub-communicator of the parent ranks ``ranks`` (sorted; position = sub-rank).
 
-        Collective over the parent: every parent rank calls it, with the same ``ranks``, in the same
-        order relative to other splits. Members get the sub-communicator, the others None.
+        Without ``sub_id`` the split is collective over the parent: every parent rank calls it, with
+        the same ``ranks``, in the same order relative to other splits; members get the
+        sub-communicator, the others None. With ``sub_id`` (a number every member passes and no other
+        split of this parent uses) only the members call it; that needs ``HcclCreateSubCommConfig``
+        and a parent that is not itself a sub-communicator.
+
+        Raises
+        ------
+        UnsupportedError
+            ``sub_id`` given where the library cannot split without the whole parent.
 
         Examples
         --------
         >>> evens = comm.split(range(0, comm.size, 2))
+        >>> pair = comm.split([0, 1], sub_id=7)   # called by ranks 0 and 1 only
         """
         try:
             members = list(ranks)
@@ -213,6 +223,8 @@ class Communicator(CommCore):
         if not members or any(not 0 <= r < self._size for r in members) or members != sorted(set(members)):
             raise ValueError(f"ranks={list(ranks)!r} must be distinct, increasing ranks of the parent "
                              f"(0..{self._size - 1})")
+        if sub_id is not None:
+            return self._split_members_only(members, sub_id, CommConfig.coerce(config))
         cfg = CommConfig.coerce(config)
         handle = self._live_handle()
         self._splits += 1
@@ -248,6 +260,26 @@ class Communicator(CommCore):
         sub = Communicator(len(members), info, members.index(self._rank), config=cfg, device=self._device)
         sub._is_sub = True
         return sub
+
+    def _split_members_only(self, members: List[int], sub_id: Any, cfg: Optional[CommConfig]) -> "Communicator":
+        if isinstance(sub_id, bool) or not isinstance(sub_id, (int, np.integer)) or not 0 <= sub_id < _NON_MEMBER:
+            raise ValueError(f"sub_id={sub_id!r} must be an int in [0, {_NON_MEMBER})")
+        if self._rank not in members:
+            raise ValueError(f"ranks={members!r} must include this rank ({self._rank}) when sub_id is given: "
+                             "only members call a split by id")
+        handle = self._live_handle()
+        bound = _ffi.api()
+        if not bound.present["HcclCreateSubCommConfig"] or self._is_sub:
+            raise UnsupportedError(
+                f"splitting '{self._name}' by sub_id needs HcclCreateSubCommConfig and a parent that is not a "
+                f"sub-communicator ({'it is one' if self._is_sub else 'this CANN lacks the function'}); "
+                "split without sub_id, collectively over the parent")
+        out = _ffi.new("HcclComm *")
+        rc = bound.HcclCreateSubCommConfig(_ffi.new("HcclComm *", handle), len(members),
+                                           _ffi.new("uint32_t[]", members), int(sub_id), members.index(self._rank),
+                                           (cfg or CommConfig()).to_c(), out)
+        _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
+        return Communicator._from_handle(out[0], self._device, cfg, is_sub=True)
 
     # ----------------------------------------------------------------------- lifecycle
 

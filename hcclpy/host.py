@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .types import DataType, ReduceOp, as_datatype
 __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
     "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "scatter", "send",
+    "staged", "staged_batch", "staged_elementwise",
 ]
 
 # Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
@@ -127,20 +128,25 @@ def _copy(stream: Stream, dst: Any, src: Any, nbytes: int, kind: int) -> None:
             raise _ffi.acl_failure(rc, "aclrtMemcpyAsync")
 
 
-def _chunked(comm: CommCore, source: Optional[np.ndarray], result: Optional[np.ndarray], count: int,
-             dtype: DataType, run: Any) -> None:
-    """Stage ``count`` elements through the device in chunks: copy ``source`` in, ``run(send, recv,
-    stream)`` on the device (it returns the buffer holding the result), copy that into ``result``
-    (``source`` or ``result`` may be None on ranks that lack it)."""
+def _source(array: Optional[np.ndarray]) -> Any:
+    """A C pointer to the memory of ``array`` (None stays None)."""
+    return None if array is None else _ffi.from_buffer("char[]", array)
+
+
+def _destination(array: Optional[np.ndarray]) -> Any:
+    return None if array is None else _ffi.from_buffer("char[]", array, require_writable=True)
+
+
+def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
+    """Stage ``count`` elements through the device in chunks: copy from ``src`` in, ``run(send, recv,
+    stream)`` on the device (it returns the buffer holding the result), copy that out to ``dst``
+    (C pointers to host memory; either may be None on ranks that lack it)."""
     staging = _staging(comm)
     stream = staging.stream
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
     send = staging.buffer("send", min(step, count), dtype)
     recv = staging.buffer("recv", min(step, count), dtype)
-    # Raw pointers into the arrays: the copies below are a C call each, with no view objects.
-    src = None if source is None else _ffi.from_buffer("char[]", source)
-    dst = None if result is None else _ffi.from_buffer("char[]", result, require_writable=True)
     for start in range(0, count, step):
         length = min(step, count - start)
         if length != len(send):  # only the last chunk can be shorter
@@ -154,19 +160,73 @@ def _chunked(comm: CommCore, source: Optional[np.ndarray], result: Optional[np.n
     stream.synchronize()
 
 
-def _whole(comm: CommCore, source: Optional[np.ndarray], send_count: int, result: Optional[np.ndarray],
-           recv_count: int, dtype: DataType, run: Any) -> None:
-    """Stage a whole operation through the device: copy in, ``run(send, recv, stream)``, copy out."""
+def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int, dtype: DataType,
+           run: Any) -> None:
+    """Stage a whole operation through the device: copy from ``src`` in, ``run(send, recv, stream)``,
+    copy out to ``dst`` (C pointers to host memory, or None)."""
     staging = _staging(comm)
     stream = staging.stream
     send = staging.buffer("send", send_count, dtype)
     recv = staging.buffer("recv", recv_count, dtype)
-    if source is not None:
-        _copy(stream, send._cptr, _ffi.from_buffer("char[]", source), send.nbytes, _H2D)
+    if src is not None:
+        _copy(stream, send._cptr, src, send.nbytes, _H2D)
     run(send, recv, stream)
-    if result is not None:
-        _copy(stream, _ffi.from_buffer("char[]", result, require_writable=True), recv._cptr, recv.nbytes, _D2H)
+    if dst is not None:
+        _copy(stream, dst, recv._cptr, recv.nbytes, _D2H)
     stream.synchronize()
+
+
+def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
+    """Sends and receives of host memory at once: ``(kind, pointer, count, dtype, peer)`` items
+    (already checked); received data is written to its pointer."""
+    staging = _staging(comm)
+    stream = staging.stream
+    device_items: List[Tuple[str, DeviceArray, int]] = []
+    receives: List[Tuple[DeviceArray, Any]] = []
+    for index, (kind, pointer, count, dtype, peer) in enumerate(items):
+        buf = staging.buffer(f"batch{index}", count, dtype)
+        if kind == "send":
+            _copy(stream, buf._cptr, pointer, buf.nbytes, _H2D)
+        else:
+            receives.append((buf, pointer))
+        device_items.append((kind, buf, peer))
+    collectives.batch_send_recv(comm, device_items, stream=stream)
+    for buf, pointer in receives:
+        _copy(stream, pointer, buf._cptr, buf.nbytes, _D2H)
+    stream.synchronize()
+
+
+# --------------------------------------------------------------- host memory by address
+# For adapters that hold host memory other than NumPy arrays (CPU tensors): the same staging,
+# with memory given as integer addresses. The caller keeps the memory alive and sized right.
+
+def _at(address: Optional[int]) -> Any:
+    return None if address is None else _ffi.cast("char *", address)
+
+
+def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[int], count: int, dtype: DataType,
+                       run: Callable[[DeviceArray, DeviceArray, Stream], DeviceArray]) -> None:
+    """Run an element-wise device operation on host memory, ``count`` elements at a time in chunks.
+
+    ``run(send, recv, stream)`` queues the operation on device chunks and returns the one holding
+    the result; ``source`` (copied in) and ``result`` (copied out) are addresses, or None on a rank
+    that has no input or output. Blocks until the result is in place.
+    """
+    _chunked(comm, _at(source), _at(result), count, dtype, run)
+
+
+def staged(comm: CommCore, source: Optional[int], send_count: int, result: Optional[int], recv_count: int,
+           dtype: DataType, run: Callable[[DeviceArray, DeviceArray, Stream], Any]) -> None:
+    """Run a device operation on host memory: ``send_count`` elements from address ``source`` are
+    copied to a device buffer, ``run(send, recv, stream)`` queues the operation, and ``recv_count``
+    elements are copied back to address ``result`` (either may be None). Blocks until done."""
+    _whole(comm, _at(source), send_count, _at(result), recv_count, dtype, run)
+
+
+def staged_batch(comm: CommCore, items: Sequence[Tuple[str, int, int, DataType, int]]) -> None:
+    """Sends and receives of host memory in one batch: ``("send" | "recv", address, count, dtype,
+    peer)`` items. Blocks until every transfer is done."""
+    _batch(comm, [(kind, _at(address), count, dtype, peer) for kind, address, count, dtype, peer in items])
 
 
 # ------------------------------------------------------------------------------ operations
@@ -176,7 +236,7 @@ def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
     # In place on the staged chunk: half the cache footprint of separate send and receive buffers.
-    _chunked(comm, source, result, source.size, dtype,
+    _chunked(comm, _source(source), _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))  # returns s
     return result
 
@@ -186,7 +246,7 @@ def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
     is_root = root == comm.rank
-    _chunked(comm, source if is_root else None, result, source.size, dtype,
+    _chunked(comm, _source(source) if is_root else None, _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.broadcast(comm, s, root, stream=stream))
     return result
 
@@ -197,7 +257,7 @@ def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, 
     source, dtype = _input(array, "array")
     is_root = root == comm.rank
     result = _output(out, source.shape, source.dtype) if is_root else None
-    _chunked(comm, source, result, source.size, dtype,
+    _chunked(comm, _source(source), _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.reduce(comm, s, r, op, root, stream=stream))
     return result
 
@@ -213,7 +273,7 @@ def all_gather(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     """Every rank's ``array`` stacked in rank order: shape ``(size, *array.shape)``."""
     source, dtype = _input(array, "array")
     result = _output(out, (comm.size,) + source.shape, source.dtype)
-    _whole(comm, source, source.size, result, result.size, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
            lambda s, r, stream: collectives.all_gather(comm, s, r, stream=stream))
     return result
 
@@ -223,7 +283,7 @@ def reduce_scatter(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] 
     """Reduce ``array`` across ranks; rank ``r`` gets block ``r`` of the first axis."""
     source, dtype = _input(array, "array")
     result = _output(out, _blocks(source, comm.size, "reduce_scatter"), source.dtype)
-    _whole(comm, source, source.size, result, result.size, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
            lambda s, r, stream: collectives.reduce_scatter(comm, s, r, op, stream=stream))
     return result
 
@@ -233,7 +293,7 @@ def all_to_all(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     source, dtype = _input(array, "array")
     _blocks(source, comm.size, "all_to_all")
     result = _output(out, source.shape, source.dtype)
-    _whole(comm, source, source.size, result, result.size, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
            lambda s, r, stream: collectives.all_to_all(comm, s, r, stream=stream))
     return result
 
@@ -252,7 +312,7 @@ def scatter(comm: CommCore, array: Optional[np.ndarray], out: Optional[np.ndarra
         source, dtype = _input(array, "array")
         result = _output(out, _blocks(source, comm.size, "scatter"), source.dtype)
     count = result.size
-    _whole(comm, source if is_root else None, count * comm.size, result, count, dtype,
+    _whole(comm, _source(source) if is_root else None, count * comm.size, _destination(result), count, dtype,
            lambda s, r, stream: collectives.scatter(comm, s, r, root, stream=stream))
     return result
 
@@ -263,7 +323,7 @@ def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], 
     source, dtype = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
     result = _output(out, (total,), source.dtype)
-    _whole(comm, source, source.size, result, total, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
            lambda s, r, stream: collectives.all_gather_v(comm, s, r, recv_counts, recv_displs, stream=stream))
     return result
 
@@ -277,7 +337,7 @@ def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[in
         raise ValueError(f"send_counts must have {comm.size} entries (one per rank), got {len(counts)}")
     mine = int(counts[comm.rank])
     result = _output(out, (mine,), source.dtype)
-    _whole(comm, source, source.size, result, mine, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), mine, dtype,
            lambda s, r, stream: collectives.reduce_scatter_v(comm, s, r, counts, send_displs, op, stream=stream))
     return result
 
@@ -289,7 +349,7 @@ def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], 
     source, dtype = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
     result = _output(out, (total,), source.dtype)
-    _whole(comm, source, source.size, result, total, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
            lambda s, r, stream: collectives.all_to_all_v(comm, s, r, send_counts, recv_counts, send_displs,
                                                          recv_displs, stream=stream))
     return result
@@ -304,7 +364,7 @@ def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
         raise ValueError(f"send_count_matrix must be {comm.size} x {comm.size}, got shape {matrix.shape}")
     total = int(matrix[:, comm.rank].sum())
     result = _output(out, (total,), source.dtype)
-    _whole(comm, source, source.size, result, total, dtype,
+    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
            lambda s, r, stream: collectives.all_to_all_vc(comm, s, r, matrix, stream=stream))
     return result
 
@@ -319,7 +379,7 @@ def _extent(counts: Sequence[int], displs: Optional[Sequence[int]]) -> int:
 def send(comm: CommCore, array: np.ndarray, peer: int) -> None:
     """Send ``array`` to ``peer`` (blocks until received)."""
     source, dtype = _input(array, "array")
-    _whole(comm, source, source.size, None, 0, dtype,
+    _whole(comm, _source(source), source.size, None, 0, dtype,
            lambda s, r, stream: collectives.send(comm, s, peer, stream=stream))
 
 
@@ -327,34 +387,25 @@ def recv(comm: CommCore, array: np.ndarray, peer: int) -> np.ndarray:
     """Receive from ``peer`` into ``array`` (written in place; it must be writable and C-contiguous)."""
     result = _target(array, "array")
     dtype = as_datatype(result.dtype, argument="array.dtype")
-    _whole(comm, None, 0, result, result.size, dtype,
+    _whole(comm, None, 0, _destination(result), result.size, dtype,
            lambda s, r, stream: collectives.recv(comm, r, peer, stream=stream))
     return result
 
 
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]) -> None:
     """Post sends and receives of NumPy arrays at once; receive arrays are written in place."""
-    staging = _staging(comm)
-    stream = staging.stream
-    device_items: List[Tuple[str, DeviceArray, int]] = []
-    receives: List[Tuple[DeviceArray, np.ndarray]] = []
+    checked: List[Tuple[str, Any, int, DataType, int]] = []
     for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in ("send", "recv"):
             raise ValueError(f"items[{index}] must be ('send' | 'recv', array, peer), got {item!r}")
         kind, array, peer = item
         if kind == "send":
             source, dtype = _input(array, f"items[{index}] array")
-            buf = staging.buffer(f"batch{index}", source.size, dtype)
-            _copy(stream, buf._cptr, _ffi.from_buffer("char[]", source), buf.nbytes, _H2D)
+            checked.append((kind, _source(source), source.size, dtype, peer))
         else:
             target = _target(array, f"items[{index}] array")
-            buf = staging.buffer(f"batch{index}", target.size, as_datatype(target.dtype))
-            receives.append((buf, target))
-        device_items.append((kind, buf, peer))
-    collectives.batch_send_recv(comm, device_items, stream=stream)
-    for buf, target in receives:
-        _copy(stream, _ffi.from_buffer("char[]", target, require_writable=True), buf._cptr, buf.nbytes, _D2H)
-    stream.synchronize()
+            checked.append((kind, _destination(target), target.size, as_datatype(target.dtype), peer))
+    _batch(comm, checked)
 
 
 def barrier(comm: CommCore) -> None:

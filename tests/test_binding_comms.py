@@ -162,6 +162,34 @@ def test_split_of_a_split(mode: str) -> None:
             assert res["third"] == [1, 4]
 
 
+def _members_only(rank: int, size: int, info: bytes) -> Optional[List[int]]:
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        # Ranks 1 and 3 split by id while the others do not call split at all.
+        if rank not in (1, 3):
+            return None
+        pair = comm.split([1, 3], sub_id=12345)
+        try:
+            return _all_gather(pair, [rank * 10]).tolist()
+        finally:
+            pair.destroy()
+
+
+@pytest.mark.parametrize("mode", ranks.MODES)
+@pytest.mark.timeout(120)
+def test_split_by_id_needs_only_the_members(mode: str) -> None:
+    assert ranks.run(mode, _members_only, 4) == [None, [10, 30], None, [10, 30]]
+
+
+def test_split_by_id_checks_its_arguments() -> None:
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        with pytest.raises(ValueError, match="sub_id=-1"):
+            comm.split([0], sub_id=-1)
+        sub = comm.split([0], sub_id=5)
+        with pytest.raises(hcclpy.UnsupportedError, match="sub-communicator"):
+            sub.split([0], sub_id=6)
+        sub.destroy()
+
+
 def test_simulator_refuses_a_second_level_of_create_sub_comm() -> None:
     """What the binding works around: HcclCreateSubCommConfig on a sub-communicator."""
     with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
