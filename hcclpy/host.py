@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -160,19 +160,31 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     stream.synchronize()
 
 
+def _copy_pieces(stream: Stream, device: Any, pieces: Any, nbytes: int, kind: int) -> None:
+    """Copy between device memory at ``device`` and host memory given as one C pointer or as a
+    list of ``(pointer, nbytes)`` pieces that lie back to back in the device buffer."""
+    if not isinstance(pieces, list):
+        _copy(stream, *((device, pieces) if kind == _H2D else (pieces, device)), nbytes, kind)
+        return
+    at = _ffi.cast("char *", device)
+    for pointer, size in pieces:
+        _copy(stream, *((at, pointer) if kind == _H2D else (pointer, at)), size, kind)
+        at += size
+
+
 def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int, dtype: DataType,
            run: Any) -> None:
     """Stage a whole operation through the device: copy from ``src`` in, ``run(send, recv, stream)``,
-    copy out to ``dst`` (C pointers to host memory, or None)."""
+    copy out to ``dst`` (host memory as for :func:`_copy_pieces`, or None)."""
     staging = _staging(comm)
     stream = staging.stream
     send = staging.buffer("send", send_count, dtype)
     recv = staging.buffer("recv", recv_count, dtype)
     if src is not None:
-        _copy(stream, send._cptr, src, send.nbytes, _H2D)
+        _copy_pieces(stream, send._cptr, src, send.nbytes, _H2D)
     run(send, recv, stream)
     if dst is not None:
-        _copy(stream, dst, recv._cptr, recv.nbytes, _D2H)
+        _copy_pieces(stream, recv._cptr, dst, recv.nbytes, _D2H)
     stream.synchronize()
 
 
@@ -200,8 +212,13 @@ def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]])
 # For adapters that hold host memory other than NumPy arrays (CPU tensors): the same staging,
 # with memory given as integer addresses. The caller keeps the memory alive and sized right.
 
-def _at(address: Optional[int]) -> Any:
-    return None if address is None else _ffi.cast("char *", address)
+Pieces = Union[None, int, Sequence[Tuple[int, int]]]
+
+
+def _at(memory: Pieces) -> Any:
+    if memory is None or isinstance(memory, int):
+        return None if memory is None else _ffi.cast("char *", memory)
+    return [(_ffi.cast("char *", address), int(nbytes)) for address, nbytes in memory]
 
 
 def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[int], count: int, dtype: DataType,
@@ -215,11 +232,12 @@ def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[i
     _chunked(comm, _at(source), _at(result), count, dtype, run)
 
 
-def staged(comm: CommCore, source: Optional[int], send_count: int, result: Optional[int], recv_count: int,
-           dtype: DataType, run: Callable[[DeviceArray, DeviceArray, Stream], Any]) -> None:
-    """Run a device operation on host memory: ``send_count`` elements from address ``source`` are
-    copied to a device buffer, ``run(send, recv, stream)`` queues the operation, and ``recv_count``
-    elements are copied back to address ``result`` (either may be None). Blocks until done."""
+def staged(comm: CommCore, source: Pieces, send_count: int, result: Pieces, recv_count: int, dtype: DataType,
+           run: Callable[[DeviceArray, DeviceArray, Stream], Any]) -> None:
+    """Run a device operation on host memory: ``send_count`` elements from ``source`` are copied to
+    a device buffer, ``run(send, recv, stream)`` queues the operation, and ``recv_count`` elements
+    are copied back to ``result``. Each of ``source`` and ``result`` is an address, a list of
+    ``(address, nbytes)`` pieces laid back to back in the device buffer, or None. Blocks until done."""
     _whole(comm, _at(source), send_count, _at(result), recv_count, dtype, run)
 
 

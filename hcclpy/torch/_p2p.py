@@ -1,0 +1,90 @@
+"""Point-to-point traffic of a process group: one channel per direction and peer.
+
+HCCL sends are rendezvous (a send finishes when the peer's matching receive has taken the data)
+and the operations of one communicator run one after another. Two ranks that both send first and
+receive second would therefore wait for each other forever on a shared communicator. Each
+direction of each pair of ranks gets its own two-rank communicator instead, with its own ordered
+executor: sends to a peer and receives from it progress independently, in the order they were
+posted, whatever the peer does meanwhile (the semantics of gloo, and what ``batch_isend_irecv``
+promises). As torch_npu does for its point-to-point communicators, they are created on first use
+(the root info travels through the process group's store) with a small buffer
+(``P2P_HCCL_BUFFSIZE`` MB, default 20).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Optional
+
+from ..communicator import Communicator
+from ..config import CommConfig
+from ..rootinfo import RootInfo
+from ..runtime import Device, Stream
+from ._work import Executor, Work
+
+_P2P_BUFFER_MB = 20
+
+
+def p2p_config(base: Optional[CommConfig], exec_timeout: float) -> CommConfig:
+    """The configuration of point-to-point communicators: the group's, with a small buffer."""
+    values = {} if base is None else {k: v for k, v in vars(base).items() if v is not None}
+    values.pop("name", None)  # names are unique per communicator: let the library choose
+    values["buffer_size_mb"] = int(os.environ.get("P2P_HCCL_BUFFSIZE", str(_P2P_BUFFER_MB)))
+    values.setdefault("exec_timeout", exec_timeout)
+    return CommConfig(**values)
+
+
+class Channel:
+    """Traffic from group rank ``source`` to group rank ``target``, seen from one of the two."""
+
+    def __init__(self, store: Any, source: int, target: int, me: int, device: Device, config: CommConfig,
+                 group_name: str) -> None:
+        self._store = store
+        self._key = f"hcclpy/p2p/{source}-{target}"
+        self._sending = me == source
+        self._peer = target if self._sending else source
+        self._device = device
+        self._config = config
+        self._comm: Optional[Communicator] = None
+        self._stream: Optional[Stream] = None
+        self._lock = threading.Lock()
+        self.executor = Executor(f"{group_name}-p2p-{source}-{target}")
+
+    def _connect(self) -> Communicator:
+        # Runs in this channel's executor: creation waits for the peer without blocking anything else.
+        with self._lock:
+            if self._comm is None:
+                if self._sending:  # rank 0 of the pair
+                    info = RootInfo.generate(self._device)
+                    self._store.set(self._key, info.to_bytes())
+                else:
+                    info = RootInfo(self._store.get(self._key))
+                self._comm = Communicator(2, info, 0 if self._sending else 1, config=self._config,
+                                          device=self._device)
+            return self._comm
+
+    def stream(self) -> Stream:
+        """The stream NPU transfers of this channel run on (created on first use)."""
+        if self._stream is None:
+            self._stream = self._device.create_stream()
+        return self._stream
+
+    @property
+    def sending(self) -> bool:
+        return self._sending
+
+    def submit(self, body: Callable[[Communicator], None], work: Work) -> Work:
+        """Queue ``body(comm)`` (one send or receive on the pair's communicator, where the peer is
+        rank ``1 - comm.rank``) after the earlier traffic of this direction."""
+        return self.executor.submit(lambda: body(self._connect()), work, blocking=False)
+
+    def close(self, timeout: float) -> None:
+        self.executor.close(timeout)
+        with self._lock:
+            if self._comm is not None:
+                self._comm.destroy()
+                self._comm = None
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None

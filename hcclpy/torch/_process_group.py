@@ -1,0 +1,559 @@
+"""The ``"hcclpy"`` process group: torch.distributed operations mapped onto hcclpy collectives.
+
+Each operation checks its arguments in the caller (a ``ValueError``/``TypeError`` before anything
+runs), then hands one body, written against the transport interface of :mod:`._transport`, to
+the transport that matches the tensors: CPU tensors run on the group's ordered executor (in the
+caller's thread when it blocks and nothing is queued), NPU tensors are queued on the current NPU
+stream. Sends and receives go through per-direction channels (:mod:`._p2p`).
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .. import collectives
+from ..bootstrap import detect_launch
+from ..communicator import Communicator
+from ..config import CommConfig
+from ..rootinfo import RootInfo
+from ..runtime import Device, device_count
+from ..types import DataType
+from ._dtypes import Reduction, movement, reduction
+from ._p2p import Channel, p2p_config
+from ._transport import DeviceTransport, HostTransport, npu_stream
+from ._work import EventWork, Executor, Work
+
+_ROOT_INFO_KEY = "hcclpy/root_info"
+_DRAIN_ON_SHUTDOWN = 60.0  # seconds that shutdown waits for queued operations
+
+Body = Callable[[Any], None]
+
+
+def _npu_available() -> bool:
+    npu = getattr(torch, "npu", None)
+    return npu is not None and npu.is_available()
+
+
+_process_device: Optional[Device] = None
+
+
+def process_device(rank_hint: int) -> Device:
+    """The device this process's groups use: torch_npu's current device; otherwise the launcher's
+    local rank (``rank_hint``, the world rank, without a launcher), modulo the device count."""
+    global _process_device
+    if _process_device is None:
+        if _npu_available():
+            device_id = torch.npu.current_device()  # type: ignore[attr-defined]
+        else:
+            launch = detect_launch()
+            local = launch.local_rank if launch.launcher != "none" else rank_hint
+            device_id = local % device_count()
+        _process_device = Device(device_id)
+    return _process_device
+
+
+def _options(pg_options: Any, timeout: float) -> Tuple[Optional[CommConfig], Optional[int]]:
+    """``pg_options`` (a CommConfig, a dict of its fields plus an optional ``"device"``, or None) as
+    a CommConfig whose exec timeout defaults to the group's timeout, and the device asked for."""
+    device = None
+    if isinstance(pg_options, dict):
+        pg_options = dict(pg_options)
+        device = pg_options.pop("device", None)
+    elif pg_options is not None and not isinstance(pg_options, CommConfig):
+        raise TypeError(f"pg_options for the hcclpy backend must be an hcclpy.CommConfig or a dict of its fields, "
+                        f"got {type(pg_options).__name__}")
+    config = CommConfig.coerce(pg_options) or CommConfig()
+    if config.exec_timeout is None:
+        config = CommConfig(**{**vars(config), "exec_timeout": min(timeout, 2**31 - 1)})
+    return config, device
+
+
+# The group of the default (world) process group: sub-groups are split from its communicator.
+_world_group: Optional["ProcessGroupHcclpy"] = None
+
+
+def _sub_id(group_name: str) -> int:
+    # Every member derives the same id from torch's group name (unique among live groups).
+    return zlib.crc32(f"hcclpy/{group_name}".encode()) % 0xFFFFFFFF
+
+
+class ProcessGroupHcclpy(dist.ProcessGroup):
+    """A torch.distributed process group whose operations run on an hcclpy :class:`Communicator`.
+
+    Created by ``dist.init_process_group("hcclpy")`` / ``dist.new_group(..., backend="hcclpy")``;
+    users meet it as a group handle. :attr:`communicator` gives its communicator for direct hcclpy
+    calls.
+    """
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, *, group_name: str,
+                 global_ranks: Sequence[int], pg_options: Any = None) -> None:
+        super().__init__(rank, size)
+        self._timeout = timeout.total_seconds()
+        self._store = store
+        self._label = group_name
+        self._config, device = _options(pg_options, self._timeout)
+        self._device = Device(device) if device is not None else process_device(rank)
+        self._comm = self._connect(list(global_ranks))
+        self._host = HostTransport(self._comm)
+        self._executor = Executor(f"pg{group_name}")
+        self._channels: Dict[Tuple[int, int], Channel] = {}
+        self._channels_lock = threading.Lock()
+        self._closed = False
+
+    def _connect(self, global_ranks: List[int]) -> Communicator:
+        parent = _world_group
+        if global_ranks and parent is not None and not parent._closed and parent._device == self._device:
+            parent._executor.drain(self._timeout)  # no operation of the parent runs while it is split
+            try:
+                return parent._comm.split(global_ranks, config=self._config, sub_id=_sub_id(self._label))
+            except NotImplementedError:  # this CANN cannot split by the members alone
+                pass
+        if self.rank() == 0:
+            info = RootInfo.generate(self._device)
+            self._store.set(_ROOT_INFO_KEY, info.to_bytes())
+        else:
+            info = RootInfo(self._store.get(_ROOT_INFO_KEY))
+        return Communicator(self.size(), info, self.rank(), config=self._config, device=self._device)
+
+    # ------------------------------------------------------------------ identity and life cycle
+
+    def getBackendName(self) -> str:
+        return "hcclpy"
+
+    @property
+    def communicator(self) -> Communicator:
+        """The hcclpy communicator this group runs on (for direct hcclpy calls)."""
+        return self._comm
+
+    @property
+    def timeout(self) -> float:
+        """Seconds an operation may take: the communicator's exec timeout and ``Work.wait()``'s limit."""
+        return self._timeout
+
+    def __repr__(self) -> str:
+        return f"<hcclpy.torch.ProcessGroupHcclpy {self._label!r} rank {self.rank()} of {self.size()}>"
+
+    def shutdown(self) -> None:
+        """Finish queued operations (for at most a minute), then destroy the communicators."""
+        if self._closed:
+            return
+        self._closed = True
+        global _world_group
+        if _world_group is self:
+            _world_group = None
+        self._executor.close(_DRAIN_ON_SHUTDOWN)
+        with self._channels_lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close(_DRAIN_ON_SHUTDOWN)
+        self._comm.destroy()
+
+    def abort(self) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"process group {self._label!r} has been destroyed")
+
+    def _tensors(self, tensors: Any, operation: str, argument: str) -> List[torch.Tensor]:
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in tensors):
+            raise TypeError(f"{operation}: {argument} must be a list of tensors, got {type(tensors).__name__}")
+        for t in tensors:
+            if t.layout != torch.strided:
+                raise ValueError(f"{operation}: {argument} holds a {t.layout} tensor; the hcclpy backend takes "
+                                 "dense tensors only")
+            if not t.is_contiguous():
+                raise ValueError(f"{operation}: {argument} holds a non-contiguous tensor (shape {tuple(t.shape)}, "
+                                 f"strides {t.stride()}); pass tensor.contiguous()")
+        return list(tensors)
+
+    def _same_dtype(self, tensors: Sequence[torch.Tensor], operation: str) -> torch.dtype:
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) > 1:
+            raise TypeError(f"{operation}: the tensors must share one dtype, got {sorted(map(str, dtypes))}")
+        return tensors[0].dtype
+
+    def _root(self, root: int, operation: str) -> int:
+        if not 0 <= root < self.size():
+            raise ValueError(f"{operation}: root rank {root} is not a rank of this group (0..{self.size() - 1})")
+        return root
+
+    def _issue(self, operation: str, tensors: Sequence[torch.Tensor], outputs: List[torch.Tensor], body: Body,
+               opts: Any = None) -> Work:
+        """Run ``body(transport)`` for ``tensors`` and return the Work that tracks it."""
+        self._check_open()
+        kinds = {t.device.type for t in tensors}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        description = f"{operation} on process group {self._label!r}"
+        if kind == "npu":
+            transport = DeviceTransport(self._comm, npu_stream(self._comm))
+            body(transport)
+            return EventWork(description, outputs, self._timeout, transport.record())
+        if kind == "cpu" or not tensors:
+            blocking = not getattr(opts, "asyncOp", True)
+            return self._executor.submit(lambda: body(self._host), Work(description, outputs, self._timeout),
+                                         blocking=blocking)
+        where = sorted({t.device.type for t in tensors})
+        raise ValueError(f"{operation}: the hcclpy backend takes CPU tensors or NPU tensors (torch_npu), all on one "
+                         f"kind of device; got tensors on {where}")
+
+    # ---------------------------------------------------------------------------- reductions
+
+    def _reduction_input(self, tensor: torch.Tensor, plan: Reduction) -> torch.Tensor:
+        """The tensor HCCL reduces: ``tensor`` itself, or a widened / pre-multiplied copy."""
+        work = tensor if plan.widen is None else tensor.to(plan.widen)
+        if plan.factor is not None:
+            work = torch.mul(work, plan.factor).to(work.dtype)
+        return work
+
+    def _reduction_output(self, tensor: torch.Tensor, work: torch.Tensor, plan: Reduction) -> None:
+        if plan.divide:
+            work.div_(self.size())
+        if work is not tensor:
+            tensor.copy_(work)
+
+    def _reduce(self, transport: Any, tensor: torch.Tensor, plan: Reduction, root: Optional[int]) -> None:
+        """All-reduce (``root`` None) or reduce ``tensor`` in place."""
+        comm = self._comm
+        work = self._reduction_input(tensor, plan)
+        if root is None:
+            transport.elementwise(work, work, plan.dtype, work.numel(),
+                                  lambda s, r, st: collectives.all_reduce(comm, s, None, plan.op, stream=st))
+        else:
+            is_root = root == self.rank()
+            transport.elementwise(work, work if is_root else None, plan.dtype, work.numel(),
+                                  lambda s, r, st: collectives.reduce(comm, s, r, plan.op, root, stream=st))
+            if not is_root:
+                return
+        self._reduction_output(tensor, work, plan)
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> Work:
+        opts = opts or dist.AllreduceOptions()
+        tensors = self._tensors(tensors, "allreduce", "tensors")
+        plans = [reduction(opts.reduceOp, t.dtype, "allreduce") for t in tensors]
+
+        def body(transport: Any) -> None:
+            for tensor, plan in zip(tensors, plans):
+                self._reduce(transport, tensor, plan, None)
+        return self._issue("allreduce", tensors, tensors, body, opts)
+
+    def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Work:
+        return self.allreduce(tensors, opts or dist.AllreduceCoalescedOptions())
+
+    def reduce(self, tensors: Any, opts: Any = None) -> Work:
+        opts = opts or dist.ReduceOptions()
+        tensors = self._tensors(tensors, "reduce", "tensors")
+        root = self._root(opts.rootRank, "reduce")
+        plans = [reduction(opts.reduceOp, t.dtype, "reduce") for t in tensors]
+
+        def body(transport: Any) -> None:
+            for tensor, plan in zip(tensors, plans):
+                self._reduce(transport, tensor, plan, root)
+        return self._issue("reduce", tensors, tensors, body, opts)
+
+    def _reduce_scatter_body(self, sources: List[torch.Tensor], output: torch.Tensor, op: Any,
+                             operation: str) -> Body:
+        """Reduce the concatenation of ``sources`` (one block per rank, maybe uneven) into ``output``."""
+        plan = reduction(op, output.dtype, operation)
+        self._same_dtype(sources + [output], operation)
+        counts = [s.numel() for s in sources]
+        if len(counts) != self.size() or counts[self.rank()] != output.numel():
+            raise ValueError(f"{operation}: the input must hold {self.size()} blocks with this rank's block "
+                             f"({output.numel()} elements) the size of the output; got blocks of {counts}")
+        comm = self._comm
+        if len(set(counts)) == 1:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.reduce_scatter(comm, s, r, plan.op, stream=st)
+        else:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.reduce_scatter_v(comm, s, r, counts, None, plan.op, stream=st)
+
+        def body(transport: Any) -> None:
+            inputs = [self._reduction_input(s, plan) for s in sources]
+            result = output if plan.widen is None else torch.empty_like(output, dtype=plan.widen)
+            transport.whole(inputs, sum(counts), [result], output.numel(), plan.dtype, launch)
+            self._reduction_output(output, result, plan)
+        return body
+
+    def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> Work:
+        opts = opts or dist.ReduceScatterOptions()
+        outputs = self._tensors(outputs, "reduce_scatter", "output")
+        bodies = [self._reduce_scatter_body(self._tensors(inputs, "reduce_scatter", "input_list"), out,
+                                            opts.reduceOp, "reduce_scatter")
+                  for out, inputs in zip(outputs, input_lists)]
+        every = outputs + [t for inputs in input_lists for t in inputs]
+        return self._issue("reduce_scatter", every, outputs, _all(bodies), opts)
+
+    def _split(self, tensor: torch.Tensor, operation: str) -> List[torch.Tensor]:
+        """``tensor`` as ``size`` equal blocks of its flattened elements."""
+        if tensor.numel() % self.size():
+            raise ValueError(f"{operation}: the larger tensor must hold {self.size()} equal blocks; it has "
+                             f"{tensor.numel()} elements")
+        return list(tensor.reshape(-1).chunk(self.size())) if tensor.numel() else [tensor.reshape(-1)] * self.size()
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
+
+    def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        opts = opts or dist.ReduceScatterOptions()
+        operation = "reduce_scatter_tensor"
+        outputs = self._tensors(outputs, operation, "output")
+        inputs = self._tensors(inputs, operation, "input")
+        bodies = [self._reduce_scatter_body(self._split(inp, operation), out, opts.reduceOp, operation)
+                  for out, inp in zip(outputs, inputs)]
+        return self._issue(operation, outputs + inputs, outputs, _all(bodies), opts)
+
+    # ------------------------------------------------------------------------- data movement
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> Work:
+        opts = opts or dist.BroadcastOptions()
+        tensors = self._tensors(tensors, "broadcast", "tensors")
+        root = self._root(opts.rootRank, "broadcast")
+        is_root = root == self.rank()
+        comm = self._comm
+
+        def body(transport: Any) -> None:
+            for tensor in tensors:
+                dtype, unit = movement(tensor.dtype)
+                transport.elementwise(tensor if is_root else None, None if is_root else tensor, dtype,
+                                      tensor.numel() * unit,
+                                      lambda s, r, st: collectives.broadcast(comm, s, root, stream=st))
+        return self._issue("broadcast", tensors, tensors, body, opts)
+
+    def _gather_body(self, source: torch.Tensor, outputs: List[torch.Tensor], operation: str) -> Body:
+        """Every rank's ``source`` into ``outputs`` (one per rank, maybe uneven: all-gather-v)."""
+        self._same_dtype(outputs + [source], operation)
+        dtype, unit = movement(source.dtype)
+        counts = [o.numel() * unit for o in outputs]
+        if len(counts) != self.size() or counts[self.rank()] != source.numel() * unit:
+            raise ValueError(f"{operation}: the output must hold {self.size()} blocks with this rank's block "
+                             f"the size of the input ({source.numel()} elements); got blocks of "
+                             f"{[o.numel() for o in outputs]}")
+        comm = self._comm
+        if len(set(counts)) == 1:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.all_gather(comm, s, r, stream=st)
+        else:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.all_gather_v(comm, s, r, counts, stream=st)
+        return lambda transport: transport.whole([source], counts[self.rank()], outputs, sum(counts), dtype, launch)
+
+    def allgather(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
+        return self.allgather_coalesced(output_lists, inputs, opts)
+
+    def allgather_coalesced(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
+        inputs = self._tensors(inputs, "all_gather", "input")
+        outputs = [self._tensors(outs, "all_gather", "output list") for outs in output_lists]
+        bodies = [self._gather_body(inp, outs, "all_gather") for inp, outs in zip(inputs, outputs)]
+        every = inputs + [t for outs in outputs for t in outs]
+        return self._issue("all_gather", every, [t for outs in outputs for t in outs], _all(bodies), opts)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        return self.all_gather_single_coalesced([output], [input], opts)
+
+    def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        operation = "all_gather_into_tensor"
+        outputs = self._tensors(outputs, operation, "output")
+        inputs = self._tensors(inputs, operation, "input")
+        bodies = [self._gather_body(inp, self._split(out, operation), operation) for out, inp in zip(outputs, inputs)]
+        return self._issue(operation, outputs + inputs, outputs, _all(bodies), opts)
+
+    def all_gather_uneven(self, output: torch.Tensor, input: torch.Tensor, split_sizes: Sequence[int],
+                          async_op: bool) -> Work:
+        """``output`` = every rank's ``input`` along the first dimension, rank ``r`` giving
+        ``split_sizes[r]`` rows (see :func:`hcclpy.torch.all_gather_into_tensor_uneven`)."""
+        operation = "all_gather_into_tensor_uneven"
+        output, input = self._tensors([output, input], operation, "tensors")
+        blocks = self._rows(output, split_sizes, operation)
+        return self._issue(operation, [output, input], [output], self._gather_body(input, blocks, operation),
+                           _Async(async_op))
+
+    def reduce_scatter_uneven(self, output: torch.Tensor, input: torch.Tensor, split_sizes: Sequence[int],
+                              op: Any, async_op: bool) -> Work:
+        """``output`` = the reduction of block ``rank`` of every rank's ``input``, rank ``r``'s block
+        being ``split_sizes[r]`` rows (see :func:`hcclpy.torch.reduce_scatter_tensor_uneven`)."""
+        operation = "reduce_scatter_tensor_uneven"
+        output, input = self._tensors([output, input], operation, "tensors")
+        body = self._reduce_scatter_body(self._rows(input, split_sizes, operation), output, op, operation)
+        return self._issue(operation, [output, input], [output], body, _Async(async_op))
+
+    def _rows(self, tensor: torch.Tensor, split_sizes: Optional[Sequence[int]], operation: str) -> List[torch.Tensor]:
+        """``tensor`` cut along its first dimension into one block per rank."""
+        if split_sizes is None or len(split_sizes) == 0:
+            return self._split(tensor, operation)
+        sizes = [int(s) for s in split_sizes]
+        if len(sizes) != self.size() or any(s < 0 for s in sizes) or tensor.dim() == 0 \
+                or sum(sizes) != tensor.shape[0]:
+            raise ValueError(f"{operation}: split sizes {list(split_sizes)} must be {self.size()} non-negative row "
+                             f"counts adding up to the first dimension of a tensor of shape {tuple(tensor.shape)}")
+        return list(tensor.split(sizes))
+
+    def alltoall(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        operation = "all_to_all"
+        outputs = self._tensors(outputs, operation, "output_tensor_list")
+        inputs = self._tensors(inputs, operation, "input_tensor_list")
+        if len(outputs) != self.size() or len(inputs) != self.size():
+            raise ValueError(f"{operation}: both tensor lists must have {self.size()} tensors (one per rank), got "
+                             f"{len(outputs)} outputs and {len(inputs)} inputs")
+        body = self._all_to_all_body(inputs, outputs, operation)
+        return self._issue(operation, outputs + inputs, outputs, body, opts)
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Sequence[int],
+                          input_split_sizes: Sequence[int], opts: Any = None) -> Work:
+        operation = "all_to_all_single"
+        output, input = self._tensors([output, input], operation, "tensors")
+        body = self._all_to_all_body(self._rows(input, input_split_sizes, operation),
+                                     self._rows(output, output_split_sizes, operation), operation)
+        return self._issue(operation, [output, input], [output], body, opts)
+
+    alltoall_base = all_to_all_single
+
+    def _all_to_all_body(self, sources: List[torch.Tensor], targets: List[torch.Tensor], operation: str) -> Body:
+        self._same_dtype(sources + targets, operation)
+        dtype, unit = movement(sources[0].dtype)
+        send = [t.numel() * unit for t in sources]
+        recv = [t.numel() * unit for t in targets]
+        comm = self._comm
+        if len(set(send)) == 1 and send == recv:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.all_to_all(comm, s, r, stream=st)
+        else:
+            def launch(s: Any, r: Any, st: Any) -> Any:
+                return collectives.all_to_all_v(comm, s, r, send, recv, stream=st)
+        return lambda transport: transport.whole(sources, sum(send), targets, sum(recv), dtype, launch)
+
+    def scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> Work:
+        opts = opts or dist.ScatterOptions()
+        operation = "scatter"
+        outputs = self._tensors(outputs, operation, "output")
+        root = self._root(opts.rootRank, operation)
+        is_root = root == self.rank()
+        output = outputs[0]
+        dtype, unit = movement(output.dtype)
+        count = output.numel() * unit
+        sources: Optional[List[torch.Tensor]] = None
+        if is_root:
+            sources = self._tensors(input_lists[0] if input_lists else [], operation, "scatter_list")
+            self._same_dtype(sources + [output], operation)
+            if len(sources) != self.size() or any(s.numel() != output.numel() for s in sources):
+                raise ValueError(f"{operation}: scatter_list must hold {self.size()} tensors of {output.numel()} "
+                                 f"elements (the output's size), got sizes {[s.numel() for s in sources]}")
+        comm = self._comm
+
+        def body(transport: Any) -> None:
+            transport.whole(sources, count * self.size(), [output], count, dtype,
+                            lambda s, r, st: collectives.scatter(comm, s, r, root, stream=st))
+        return self._issue(operation, outputs + (sources or []), outputs, body, opts)
+
+    def gather(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
+        opts = opts or dist.GatherOptions()
+        operation = "gather"
+        source = self._tensors(inputs, operation, "input")[0]
+        root = self._root(opts.rootRank, operation)
+        dtype, unit = movement(source.dtype)
+        count = source.numel() * unit
+        if root == self.rank():
+            targets = self._tensors(output_lists[0] if output_lists else [], operation, "gather_list")
+            self._same_dtype(targets + [source], operation)
+            if len(targets) != self.size() or any(t.numel() != source.numel() for t in targets):
+                raise ValueError(f"{operation}: gather_list must hold {self.size()} tensors of {source.numel()} "
+                                 f"elements (the input's size), got sizes {[t.numel() for t in targets]}")
+            items = [("recv", t, dtype, count, peer) for peer, t in enumerate(targets) if peer != root]
+
+            def body(transport: Any) -> None:
+                targets[root].copy_(source)
+                transport.batch(items)
+            return self._issue(operation, targets + [source], targets, body, opts)
+        return self._issue(operation, [source], [], lambda transport: transport.batch(
+            [("send", source, dtype, count, root)]), opts)
+
+    def barrier(self, opts: Any = None) -> Work:
+        return self._issue("barrier", [], [], lambda transport: transport.barrier(), opts)
+
+    # ---------------------------------------------------------------------------- point to point
+
+    def _channel(self, source: int, target: int) -> Channel:
+        with self._channels_lock:
+            self._check_open()
+            channel = self._channels.get((source, target))
+            if channel is None:
+                channel = self._channels[(source, target)] = Channel(
+                    self._store, source, target, self.rank(), self._device, p2p_config(self._config, self._timeout),
+                    self._label)
+            return channel
+
+    def _peer(self, peer: int, operation: str) -> int:
+        if not 0 <= peer < self.size() or peer == self.rank():
+            raise ValueError(f"{operation}: peer {peer} must be another rank of this group (0..{self.size() - 1}, "
+                             f"not {self.rank()})")
+        return peer
+
+    def _transfer(self, operation: str, tensors: Any, peer: int, sending: bool) -> Work:
+        self._check_open()
+        tensor = self._tensors(tensors, operation, "tensor")[0]
+        peer = self._peer(peer, operation)
+        channel = self._channel(self.rank(), peer) if sending else self._channel(peer, self.rank())
+        dtype, unit = movement(tensor.dtype)
+        count = tensor.numel() * unit
+        kind = "send" if sending else "recv"
+        work = Work(f"{operation} with rank {peer} on process group {self._label!r}", [tensor], self._timeout)
+        if tensor.device.type == "cpu":
+            def body(comm: Communicator) -> None:
+                HostTransport(comm).batch([(kind, tensor, dtype, count, 1 - comm.rank)])
+        elif tensor.device.type == "npu":
+            ready = DeviceTransport(self._comm, npu_stream(self._comm)).record()
+
+            def body(comm: Communicator) -> None:
+                stream = channel.stream()
+                stream.wait_event(ready)
+                DeviceTransport(comm, stream).batch([(kind, tensor, dtype, count, 1 - comm.rank)])
+                stream.synchronize()
+        else:
+            raise ValueError(f"{operation}: the hcclpy backend takes CPU or NPU tensors, got one on "
+                             f"{tensor.device.type}")
+        return channel.submit(body, work)
+
+    def send(self, tensors: Any, dst: int, tag: int = 0) -> Work:
+        return self._transfer("send", tensors, dst, True)
+
+    def recv(self, tensors: Any, src: int, tag: int = 0) -> Work:
+        return self._transfer("recv", tensors, src, False)
+
+    def recv_anysource(self, tensors: Any, tag: int = 0) -> Work:
+        raise ValueError("recv without a source rank is not supported by the hcclpy backend: HCCL receives from "
+                         "a named peer; pass src")
+
+
+class _Async:
+    """Options of the functions hcclpy.torch adds (torch passes its own options objects)."""
+
+    def __init__(self, async_op: bool) -> None:
+        self.asyncOp = async_op
+
+
+def _all(bodies: List[Body]) -> Body:
+    def body(transport: Any) -> None:
+        for each in bodies:
+            each(transport)
+    return body
+
+
+def create(options: Any, pg_options: Any) -> ProcessGroupHcclpy:
+    """The backend's creator, called by torch for every group with this process in it."""
+    global _world_group
+    ranks = list(options.global_ranks_in_group)
+    group = ProcessGroupHcclpy(options.store, options.group_rank, options.group_size, options.timeout,
+                               group_name=str(options.group_id), global_ranks=ranks, pg_options=pg_options)
+    if not ranks:  # the default group
+        _world_group = group
+    return group

@@ -1,0 +1,234 @@
+"""Work objects and the ordered executor that runs a process group's host-staged operations.
+
+Operations on CPU tensors block while they run (their data is staged through device memory), so
+they run on an :class:`Executor`: one thread per process group that runs tasks in the order they
+were issued. A blocking call made while nothing is queued runs in the calling thread instead,
+which saves the thread hand-off on the common path; an ``async_op=True`` call is queued and its
+:class:`Work` completes when the executor has run it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from datetime import timedelta
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from ..errors import CommTimeoutError
+
+
+def seconds(timeout: Any, default: float) -> float:
+    """A wait limit in seconds: ``timeout`` (a timedelta or seconds) when positive, else ``default``."""
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    return float(timeout) if timeout is not None and timeout > 0 else default
+
+
+class Work(dist.Work):
+    """The handle of one operation: ``wait()``, ``is_completed()``, ``get_future()``, ``result()``.
+
+    ``wait()`` blocks until the operation has finished (at most the process group's timeout, or the
+    ``timeout`` given) and raises the operation's exception if it failed.
+    """
+
+    def __init__(self, description: str, outputs: List[torch.Tensor], timeout: float,
+                 on_wait: Optional[Callable[[], None]] = None) -> None:
+        super().__init__()
+        self._description = description
+        self._outputs = outputs
+        self._timeout = timeout
+        self._on_wait = on_wait  # starts the operation when it waits for a wait (held sends)
+        self._done = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._future: Optional[Future] = None
+        self._lock = threading.Lock()
+
+    # Called by whoever ran the operation.
+    def finish(self, error: Optional[BaseException] = None) -> None:
+        with self._lock:
+            if self._done.is_set():  # the first outcome stands
+                return
+            self._error = error
+            self._done.set()
+            future = self._future
+        if future is not None:
+            _settle(future, self._outputs, error)
+
+    def _start(self) -> None:
+        on_wait, self._on_wait = self._on_wait, None
+        if on_wait is not None:
+            on_wait()
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._start()
+        limit = seconds(timeout, self._timeout)
+        if not self._done.wait(limit):
+            raise CommTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
+                                   "timeout, or the one given to wait)")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        self._start()
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self) -> Optional[BaseException]:
+        return self._error
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._outputs
+
+    def get_future(self) -> Future:
+        self._start()
+        with self._lock:
+            if self._future is None:
+                self._future = Future()
+                if self._done.is_set():
+                    _settle(self._future, self._outputs, self._error)
+            return self._future
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else "done" if self._done.is_set() else "pending"
+        return f"<hcclpy.torch.Work {self._description} ({state})>"
+
+
+class EventWork(Work):
+    """The Work of an operation queued on a device stream: done when ``event`` (recorded after
+    it) has completed. ``wait()`` blocks the host until then; a future is completed by a watcher
+    thread started when first asked for."""
+
+    def __init__(self, description: str, outputs: List[torch.Tensor], timeout: float, event: Any) -> None:
+        super().__init__(description, outputs, timeout)
+        self._event = event
+        self._watcher: Optional[threading.Thread] = None
+
+    def _settle_from_event(self, timeout: float) -> None:
+        try:
+            self._event.synchronize(timeout)
+        except BaseException as exc:  # the failure of the operation (or of the wait) belongs to this Work
+            self.finish(exc)
+        else:
+            self.finish()
+
+    def wait(self, timeout: Any = None) -> bool:
+        if not self._done.is_set():
+            self._settle_from_event(seconds(timeout, self._timeout))
+        return super().wait(timeout)
+
+    def is_completed(self) -> bool:
+        if not self._done.is_set() and self._event.query():
+            self._settle_from_event(self._timeout)
+        return self._done.is_set()
+
+    def get_future(self) -> Future:
+        future = super().get_future()
+        with self._lock:
+            if not self._done.is_set() and self._watcher is None:
+                self._watcher = threading.Thread(target=self._settle_from_event, args=(self._timeout,),
+                                                 name="hcclpy-event-work", daemon=True)
+                self._watcher.start()
+        return future
+
+
+def _settle(future: Future, outputs: List[torch.Tensor], error: Optional[BaseException]) -> None:
+    if error is None:
+        future.set_result(outputs)
+    else:
+        future.set_exception(error)
+
+
+def completed(description: str, outputs: List[torch.Tensor]) -> Work:
+    """A Work that is already done (operations with nothing to wait for)."""
+    work = Work(description, outputs, 0.0)
+    work.finish()
+    return work
+
+
+class Executor:
+    """Runs tasks one at a time, in submission order, on a thread of its own (started when first
+    needed); a blocking task submitted while the executor is idle runs in the caller's thread."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._queue: Deque[Tuple[Callable[[], None], Work]] = collections.deque()
+        self._busy = False  # a task is running (here or in the caller's thread)
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def submit(self, task: Callable[[], None], work: Work, *, blocking: bool) -> Work:
+        """Run ``task`` after everything submitted before; ``work`` finishes with its outcome."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"process group {self._name} has been shut down")
+            inline = blocking and not self._busy and not self._queue
+            if inline:
+                self._busy = True
+            else:
+                self._queue.append((task, work))
+                self._start_thread()
+                self._ready.notify_all()
+        if inline:
+            try:
+                _run(task, work)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    if self._queue:  # queued by other threads meanwhile
+                        self._start_thread()
+                    self._ready.notify_all()
+        return work
+
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"hcclpy-{self._name}", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while self._busy or not self._queue:
+                    if self._closed and not self._queue:
+                        return
+                    self._ready.wait(1.0)
+                task, work = self._queue.popleft()
+                self._busy = True
+            try:
+                _run(task, work)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._ready.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every submitted task has run; False if ``timeout`` seconds passed first."""
+        with self._lock:
+            return self._ready.wait_for(lambda: not self._busy and not self._queue, timeout)
+
+    def close(self, timeout: float) -> None:
+        """Run what is queued (for at most ``timeout`` seconds), then stop the thread."""
+        self.drain(timeout)
+        with self._lock:
+            self._closed = True
+            self._ready.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+def _run(task: Callable[[], None], work: Work) -> None:
+    try:
+        task()
+    except BaseException as exc:  # the operation's failure belongs to its Work
+        work.finish(exc)
+    else:
+        work.finish()
