@@ -97,6 +97,8 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._timeout = timeout.total_seconds()
         self._store = store
         self._label = group_name
+        self._group_name = group_name
+        self._group_desc = ""
         self._config, device = _options(pg_options, self._timeout)
         self._device = Device(device) if device is not None else process_device(rank)
         self._comm = self._connect(list(global_ranks))
@@ -125,6 +127,19 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return "hcclpy"
+
+    # torch keeps group names in the backends a C++ group holds; a Python group keeps its own.
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupDesc(self, description: str) -> None:
+        self._group_desc = description
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
 
     @property
     def communicator(self) -> Communicator:

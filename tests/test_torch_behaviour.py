@@ -1,0 +1,191 @@
+"""How the "hcclpy" backend behaves around the operations: init methods, options, asynchronous
+work, timeouts, failures and refused arguments."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any, Dict, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import hcclpy  # noqa: E402
+import ranks  # noqa: E402
+import torch_ranks as tr  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_method(rank: int, size: int, info: bytes, method: str, port: int, directory: str) -> float:
+    if method == "env":
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size))
+        dist.init_process_group("hcclpy")
+    elif method == "tcp":
+        dist.init_process_group("hcclpy", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    else:
+        dist.init_process_group("hcclpy", init_method=f"file://{directory}/store", rank=rank, world_size=size)
+    try:
+        x = torch.tensor([rank + 1.0])
+        dist.all_reduce(x)
+        return x.item()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("method", ["env", "tcp", "file"])
+@pytest.mark.timeout(120)
+def test_init_methods(method: str, tmp_path: Any) -> None:
+    out = ranks.run_processes(_init_method, 2, method, _free_port(), str(tmp_path), timeout=90)
+    assert out == [3.0, 3.0]
+
+
+def _options(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    config = hcclpy.CommConfig(name="trainer_world", exec_timeout=77)
+    tr.init(rank, size, directory, pg_options=config)
+    try:
+        world = hcclpy.torch.communicator()
+        sub = dist.new_group([0, 1], pg_options={"device": size - 1 - rank, "buffer_size_mb": 64})
+        x = torch.ones(2)
+        dist.all_reduce(x, group=sub)
+        sub_comm = hcclpy.torch.communicator(sub)
+        return {"name": world.name, "timeout": dist.group.WORLD.timeout, "world_device": world.device.id,
+                "sub_device": sub_comm.device.id, "sum": x.tolist(), "backend": dist.get_backend()}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_pg_options_configure_the_communicators(tmp_path: Any) -> None:
+    out = ranks.run_processes(_options, 2, str(tmp_path), timeout=90)
+    for rank, res in enumerate(out):
+        assert res["name"] == "trainer_world"
+        assert res["timeout"] == 60.0  # the group's timeout (the config's exec timeout is the library's)
+        assert res["world_device"] == rank and res["sub_device"] == 1 - rank
+        assert res["sum"] == [2.0, 2.0] and res["backend"] == "hcclpy"
+
+
+def _overlap(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    gloo = tr.init(rank, size, directory)
+    try:
+        x = torch.full((1000,), float(rank + 1))
+        if rank == 0:
+            work = dist.all_reduce(x, async_op=True)
+            # Rank 1 has not started its part: the work cannot be done, and a short wait says so.
+            pending = not work.is_completed()
+            try:
+                work.wait(timeout=timedelta(seconds=0.3))
+                short_wait = "returned"
+            except hcclpy.CommTimeoutError:
+                short_wait = "timed out"
+            computed = (torch.ones(64, 64) @ torch.ones(64, 64)).sum().item()  # the caller goes on working
+            dist.barrier(group=gloo)  # now rank 1 joins
+            finished = work.wait()
+            return {"pending": pending, "short_wait": short_wait, "computed": computed, "finished": finished,
+                    "result": x[0].item(), "completed": work.is_completed()}
+        dist.barrier(group=gloo)
+        dist.all_reduce(x)
+        return {"result": x[0].item()}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_async_work_overlaps_with_the_caller(tmp_path: Any) -> None:
+    first, second = ranks.run_processes(_overlap, 2, str(tmp_path), timeout=90)
+    assert first == {"pending": True, "short_wait": "timed out", "computed": 64.0 ** 3, "finished": True,
+                     "result": 3.0, "completed": True}
+    assert second == {"result": 3.0}
+
+
+def _timeout(rank: int, size: int, info: bytes, directory: str) -> str:
+    gloo = tr.init(rank, size, directory, timeout=2.0)
+    try:
+        if rank == 0:
+            try:
+                dist.all_reduce(torch.ones(4))  # rank 1 never joins
+                return "returned"
+            except hcclpy.CommTimeoutError as exc:
+                return type(exc).__name__
+            finally:
+                dist.barrier(group=gloo)
+        dist.barrier(group=gloo)
+        return "waited"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_the_group_timeout_ends_an_operation_a_peer_never_joins(tmp_path: Any) -> None:
+    out = ranks.run_processes(_timeout, 2, str(tmp_path), timeout=90)
+    assert out[1] == "waited"
+    assert out[0] in ("HcclTimeoutError", "AclTimeoutError", "CommTimeoutError"), out[0]
+
+
+def _mismatched_receive(rank: int, size: int, info: bytes, directory: str) -> List[str]:
+    tr.init(rank, size, directory, timeout=20.0)
+    try:
+        work = dist.isend(torch.ones(4), 1) if rank == 0 else dist.irecv(torch.empty(3), 0)
+        try:
+            work.wait()
+            return ["no error"]
+        except hcclpy.HcclpyError as exc:
+            return [type(exc).__name__, str(exc)]
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_operation_raises_from_wait(tmp_path: Any) -> None:
+    sender, receiver = ranks.run_processes(_mismatched_receive, 2, str(tmp_path), timeout=90)
+    # The failure is reported by the first call that meets the failed stream: HCCL's or ACL's.
+    assert receiver[0] in ("HcclError", "AclError") and "posted a receive of 3" in receiver[1], receiver
+    assert sender[0] in ("HcclError", "AclError") and "refused" in sender[1], sender
+
+
+def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
+    tr.init(rank, size, directory)
+    messages = []
+    cases = [
+        lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
+        lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG),
+        lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex64).real, op=dist.ReduceOp.MAX),
+        lambda: dist.all_reduce(torch.ones(4, 4).t()),
+        lambda: dist.recv(torch.ones(2)),
+        lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(3), torch.ones(3)]),
+        lambda: dist.all_gather_into_tensor(torch.empty(5), torch.ones(2)),
+        lambda: hcclpy.torch.all_gather_into_tensor_uneven(torch.empty(4, 2), torch.ones(1, 2), [1, 2]),
+    ]
+    try:
+        for case in cases:
+            try:
+                case()
+                messages.append("accepted")
+            except (ValueError, TypeError) as exc:
+                messages.append(f"{type(exc).__name__}: {exc}")
+        # Nothing above reached HCCL: the group still works.
+        x = torch.ones(1)
+        dist.all_reduce(x)
+        messages.append(f"sum {x.item()}")
+        return messages
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_unsupported_combinations_are_refused_before_they_run(tmp_path: Any) -> None:
+    out = ranks.run_processes(_refusals, 2, str(tmp_path), timeout=90)
+    messages = out[0]
+    expected = ["ReduceOp.BAND", "ReduceOp.AVG needs a floating-point tensor", "non-contiguous",
+                "non-contiguous", "recv without a source rank", "blocks", "equal blocks", "split sizes"]
+    assert len(messages) == len(expected) + 1, messages
+    for message, fragment in zip(messages, expected):
+        assert fragment in message and message.startswith(("ValueError", "TypeError")), (fragment, message)
+    assert messages[-1] == "sum 2.0"
