@@ -64,10 +64,10 @@ def arguments(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def launch(argv: List[str], args: argparse.Namespace) -> int:
-    """Start the ranks: ``hcclpy run -n N this-script ARGS`` (rank 0 prints the table)."""
+def launch(argv: List[str], args: argparse.Namespace, script: Path = Path(__file__)) -> int:
+    """Start the ranks: ``hcclpy run -n N script ARGS`` (rank 0 prints the table)."""
     command = [sys.executable, "-m", "hcclpy", "run", "-n", str(args.ranks), "--no-prefix",
-               "--timeout", str(args.timeout), str(Path(__file__).resolve()), *argv]
+               "--timeout", str(args.timeout), str(script.resolve()), *argv]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
     return subprocess.call(command, env=env)

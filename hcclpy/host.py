@@ -44,20 +44,30 @@ class _Staging:
     def __init__(self, comm: CommCore) -> None:
         self.stream: Stream = comm.device.create_stream()
         self._buffers: Dict[str, DeviceArray] = {}
+        self._views: Dict[Tuple[str, int, DataType], DeviceArray] = {}
         self._device = comm.device
 
     def buffer(self, slot: str, count: int, dtype: DataType) -> DeviceArray:
         """``count`` elements of scratch named ``slot`` (reused; grown to a power of two)."""
+        key = (slot, count, dtype)
+        view = self._views.get(key)
+        if view is not None:  # jobs repeat their sizes: most calls end here
+            return view
         nbytes = max(count * dtype.itemsize, 1)
         current = self._buffers.get(slot)
         if current is None or current.nbytes < nbytes:
             if current is not None:
                 current.close()
+                self._views = {k: v for k, v in self._views.items() if k[0] != slot}
             current = empty(1 << (nbytes - 1).bit_length(), "uint8", device=self._device)
             self._buffers[slot] = current
-        return current[: count * dtype.itemsize].view(dtype)
+        if len(self._views) >= 64:
+            self._views.clear()
+        view = self._views[key] = current[: count * dtype.itemsize].view(dtype)
+        return view
 
     def close(self) -> None:
+        self._views.clear()
         for buf in self._buffers.values():
             buf.close()
         self._buffers.clear()

@@ -9,7 +9,7 @@ multiplies the input by its factor first.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -61,6 +61,18 @@ def reduction(reduce_op: Any, tensor_dtype: torch.dtype, operation: str) -> Redu
         and tensor types HCCL does not reduce.
     """
     kind = reduce_op.op if type(reduce_op) is dist.ReduceOp else reduce_op  # or a bare RedOpType
+    if kind != _RED.PREMUL_SUM:  # the plan depends on the op and dtype only
+        plan = _plans.get((kind, tensor_dtype))
+        if plan is None:
+            plan = _plans[(kind, tensor_dtype)] = _plan(reduce_op, kind, tensor_dtype, operation)
+        return plan
+    return _plan(reduce_op, kind, tensor_dtype, operation)
+
+
+_plans: Dict[Tuple[Any, torch.dtype], Reduction] = {}
+
+
+def _plan(reduce_op: Any, kind: Any, tensor_dtype: torch.dtype, operation: str) -> Reduction:
     name = getattr(kind, "name", str(kind))
     if kind not in _DIRECT:
         raise ValueError(f"{operation} with ReduceOp.{name} is not supported by the hcclpy backend: HCCL reduces "
