@@ -30,6 +30,7 @@ CASES = [
     *(("ring.py", n) for n in (1, 2, 4)),
     ("grid.py", 4),
     ("hierarchical_allreduce.py", 4),
+    *(("torch_ddp.py", n) for n in (1, 3)),
 ]
 
 
@@ -87,6 +88,13 @@ def test_allreduce_without_a_launcher(sim_home):
                             env=no_launcher_env(), timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "rank 0 of 1: [0.0] OK"
+
+
+def test_torch_ddp_without_a_launcher(sim_home):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "torch_ddp.py")], capture_output=True, text=True,
+                            env=no_launcher_env(), timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert "rank 0 of 1" in result.stdout and "identical on every rank" in result.stdout
 
 
 def test_allreduce_c_driver(sim_home):
