@@ -136,10 +136,12 @@ def _open_simulator(opener: Opener) -> OpenedLibraries:
 
 
 def _warn_from_caller(message: str, category: type) -> None:
-    """Warn once, attributed to the first frame outside hcclpy (the user's line that needed a library)."""
+    """Warn once, attributed to the first frame outside hcclpy and torch (the user's line that
+    needed a library, such as ``dist.init_process_group("hcclpy")``)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep)
+                                 or str(frame.f_globals.get("__name__", "")).startswith("torch.")):
         frame = frame.f_back
     if frame is None:
         warnings.warn(message, category, stacklevel=2)
