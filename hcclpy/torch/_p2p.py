@@ -43,13 +43,12 @@ class Channel:
         self._store = store
         self._key = f"hcclpy/p2p/{source}-{target}"
         self._sending = me == source
-        self._peer = target if self._sending else source
         self._device = device
         self._config = config
         self._comm: Optional[Communicator] = None
         self._stream: Optional[Stream] = None
         self._lock = threading.Lock()
-        self.executor = Executor(f"{group_name}-p2p-{source}-{target}")
+        self._executor = Executor(f"{group_name}-p2p-{source}-{target}")
 
     def _connect(self) -> Communicator:
         # Runs in this channel's executor: creation waits for the peer without blocking anything else.
@@ -70,17 +69,13 @@ class Channel:
             self._stream = self._device.create_stream()
         return self._stream
 
-    @property
-    def sending(self) -> bool:
-        return self._sending
-
     def submit(self, body: Callable[[Communicator], None], work: Work) -> Work:
         """Queue ``body(comm)`` (one send or receive on the pair's communicator, where the peer is
         rank ``1 - comm.rank``) after the earlier traffic of this direction."""
-        return self.executor.submit(lambda: body(self._connect()), work, blocking=False)
+        return self._executor.submit(lambda: body(self._connect()), work, blocking=False)
 
     def close(self, timeout: float) -> None:
-        self.executor.close(timeout)
+        self._executor.close(timeout)
         with self._lock:
             if self._comm is not None:
                 self._comm.destroy()

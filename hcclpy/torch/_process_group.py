@@ -101,16 +101,18 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._group_desc = ""
         self._config, device = _options(pg_options, self._timeout)
         self._device = Device(device) if device is not None else process_device(rank)
-        self._comm = self._connect(list(global_ranks))
+        # Every member must take the same way to its communicator: splitting needs the parent's
+        # device, so a group given its own device gets its own root info.
+        self._comm = self._connect(list(global_ranks), may_split=device is None)
         self._host = HostTransport(self._comm)
         self._executor = Executor(f"pg{group_name}")
         self._channels: Dict[Tuple[int, int], Channel] = {}
         self._channels_lock = threading.Lock()
         self._closed = False
 
-    def _connect(self, global_ranks: List[int]) -> Communicator:
+    def _connect(self, global_ranks: List[int], may_split: bool) -> Communicator:
         parent = _world_group
-        if global_ranks and parent is not None and not parent._closed and parent._device == self._device:
+        if may_split and global_ranks and parent is not None and not parent._closed:
             parent._executor.drain(self._timeout)  # no operation of the parent runs while it is split
             try:
                 return parent._comm.split(global_ranks, config=self._config, sub_id=_sub_id(self._label))
@@ -517,25 +519,24 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._check_open()
         tensor = self._tensors(tensors, operation, "tensor")[0]
         peer = self._peer(peer, operation)
-        channel = self._channel(self.rank(), peer) if sending else self._channel(peer, self.rank())
+        where = tensor.device.type
+        if where not in ("cpu", "npu"):
+            raise ValueError(f"{operation}: the hcclpy backend takes CPU or NPU tensors, got one on {where}")
         dtype, unit = movement(tensor.dtype)
-        count = tensor.numel() * unit
-        kind = "send" if sending else "recv"
+        item = ("send" if sending else "recv", tensor, dtype, tensor.numel() * unit)
+        channel = self._channel(self.rank(), peer) if sending else self._channel(peer, self.rank())
         work = Work(f"{operation} with rank {peer} on process group {self._label!r}", [tensor], self._timeout)
-        if tensor.device.type == "cpu":
+        if where == "cpu":
             def body(comm: Communicator) -> None:
-                HostTransport(comm).batch([(kind, tensor, dtype, count, 1 - comm.rank)])
-        elif tensor.device.type == "npu":
-            ready = DeviceTransport(self._comm, npu_stream(self._comm)).record()
+                HostTransport(comm).batch([(*item, 1 - comm.rank)])
+        else:
+            ready = DeviceTransport(self._comm, npu_stream(self._comm)).record()  # the tensor's data is there
 
             def body(comm: Communicator) -> None:
                 stream = channel.stream()
                 stream.wait_event(ready)
-                DeviceTransport(comm, stream).batch([(kind, tensor, dtype, count, 1 - comm.rank)])
+                DeviceTransport(comm, stream).batch([(*item, 1 - comm.rank)])
                 stream.synchronize()
-        else:
-            raise ValueError(f"{operation}: the hcclpy backend takes CPU or NPU tensors, got one on "
-                             f"{tensor.device.type}")
         return channel.submit(body, work)
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Work:
