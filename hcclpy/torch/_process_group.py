@@ -74,6 +74,11 @@ def _options(pg_options: Any, timeout: float) -> Tuple[Optional[CommConfig], Opt
     return config, device
 
 
+def _device_type(tensor: torch.Tensor) -> str:
+    """Where ``tensor`` lives ("cpu", "npu", ...): it decides the transport."""
+    return tensor.device.type
+
+
 # The group of the default (world) process group: sub-groups are split from its communicator.
 _world_group: Optional["ProcessGroupHcclpy"] = None
 
@@ -209,7 +214,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                opts: Any = None) -> Work:
         """Run ``body(transport)`` for ``tensors`` and return the Work that tracks it."""
         self._check_open()
-        kinds = {t.device.type for t in tensors}
+        kinds = {_device_type(t) for t in tensors}
         kind = kinds.pop() if len(kinds) == 1 else None
         description = f"{operation} on process group {self._label!r}"
         if kind == "npu":
@@ -220,7 +225,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             blocking = not getattr(opts, "asyncOp", True)
             return self._executor.submit(lambda: body(self._host), Work(description, outputs, self._timeout),
                                          blocking=blocking)
-        where = sorted({t.device.type for t in tensors})
+        where = sorted({_device_type(t) for t in tensors})
         raise ValueError(f"{operation}: the hcclpy backend takes CPU tensors or NPU tensors (torch_npu), all on one "
                          f"kind of device; got tensors on {where}")
 
@@ -519,7 +524,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._check_open()
         tensor = self._tensors(tensors, operation, "tensor")[0]
         peer = self._peer(peer, operation)
-        where = tensor.device.type
+        where = _device_type(tensor)
         if where not in ("cpu", "npu"):
             raise ValueError(f"{operation}: the hcclpy backend takes CPU or NPU tensors, got one on {where}")
         dtype, unit = movement(tensor.dtype)

@@ -11,7 +11,7 @@ device buffers; the process group writes each operation once against this interf
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
 
@@ -23,10 +23,20 @@ from ..types import DataType
 Launch = Callable[[Any, Any, Stream], Any]
 
 
+def _back_to_back(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether the tensors lie one after the other in memory (views of one tensor, often)."""
+    at = tensors[0].data_ptr()
+    for t in tensors:
+        if t.data_ptr() != at:
+            return False
+        at += t.numel() * t.element_size()
+    return True
+
+
 def _pieces(tensors: Optional[Sequence[torch.Tensor]]) -> Any:
     if tensors is None:
         return None
-    if len(tensors) == 1:
+    if _back_to_back(tensors):
         return tensors[0].data_ptr()
     return [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors]
 
@@ -76,18 +86,20 @@ class DeviceTransport:
 
     def whole(self, sources: Optional[Sequence[torch.Tensor]], send_count: int,
               results: Optional[Sequence[torch.Tensor]], recv_count: int, dtype: DataType, launch: Launch) -> None:
+        # Pieces that do not lie back to back go through one contiguous temporary, which torch
+        # allocates, fills and reads on the same stream as the operation.
         send = None
         if sources is not None:
-            send = sources[0] if len(sources) == 1 else torch.cat([t.reshape(-1) for t in sources])
+            send = sources[0] if _back_to_back(sources) else torch.cat([t.reshape(-1) for t in sources])
         recv, scatter_back = None, None
         if results is not None:
-            if len(results) == 1:
+            if _back_to_back(results):
                 recv = results[0]
             else:
                 recv = torch.empty(sum(t.numel() for t in results), dtype=results[0].dtype, device=results[0].device)
                 scatter_back = results
         launch(self._buffer(send, dtype, send_count), self._buffer(recv, dtype, recv_count), self.stream)
-        if scatter_back is not None:  # queued on the same stream, after the operation
+        if scatter_back is not None:
             for target, piece in zip(scatter_back, recv.split([t.numel() for t in scatter_back])):
                 target.copy_(piece.view_as(target))
 
@@ -111,6 +123,3 @@ def npu_stream(comm: CommCore) -> Stream:
     current = torch.npu.current_stream()  # type: ignore[attr-defined]  # present with torch_npu
     return Stream.from_handle(current.npu_stream, device=comm.device, owner=current)
 
-
-def devices_of(tensors: List[torch.Tensor]) -> List[str]:
-    return sorted({t.device.type for t in tensors})

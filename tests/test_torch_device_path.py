@@ -1,0 +1,94 @@
+"""The NPU-tensor path of the "hcclpy" backend, driven on the simulator.
+
+Without torch_npu there are no NPU tensors; here CPU tensors that alias simulator device memory
+stand in for them (their ``data_ptr()`` is a device pointer), the backend is told they are NPU
+tensors, and "the current NPU stream" is an hcclpy stream. The path then runs as on an NPU: the
+pointers go to HCCL on that stream, the call returns once the work is queued, and the Work
+tracks an event. The operations here have no torch step after the HCCL call; those that do
+(AVG's division, widened types, lists of outputs) rely on torch_npu ordering torch work on the
+same stream, which CPU tensors cannot imitate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Dict, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import hcclpy  # noqa: E402
+import ranks  # noqa: E402
+import torch_ranks as tr  # noqa: E402
+
+
+def _device_tensor(keep: List[Any], device: hcclpy.Device, values: torch.Tensor) -> torch.Tensor:
+    """A float32 CPU tensor over freshly allocated device memory, holding ``values``."""
+    memory = hcclpy.empty(values.numel(), "float32", device=device)
+    keep.append(memory)
+    tensor = torch.frombuffer((ctypes.c_float * values.numel()).from_address(memory.ptr), dtype=torch.float32)
+    tensor.copy_(values.flatten())
+    return tensor.view(values.shape)
+
+
+def _device_path(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    from hcclpy.torch import _process_group
+
+    tr.init(rank, size, directory)
+    comm = hcclpy.torch.communicator()
+    stream = comm.device.create_stream()
+    _process_group._device_type = lambda tensor: "npu"
+    _process_group.npu_stream = lambda comm: stream
+    keep: List[Any] = []
+    try:
+        def on_device(values: torch.Tensor) -> torch.Tensor:
+            return _device_tensor(keep, comm.device, values)
+
+        out: Dict[str, Any] = {}
+        x = on_device(torch.arange(4.0) + rank)
+        work = dist.all_reduce(x, async_op=True)
+        out["work"] = type(work).__name__
+        future = work.get_future()
+        work.wait()
+        out["all_reduce"] = x.tolist()
+        out["future"] = future.wait()[0] is x
+        b = on_device(torch.full((3,), float(rank)))
+        dist.broadcast(b, src=size - 1)
+        out["broadcast"] = b.tolist()
+        g = on_device(torch.zeros(size * 2))
+        dist.all_gather_into_tensor(g, on_device(torch.full((2,), float(rank))))
+        out["all_gather"] = g.tolist()
+        r = on_device(torch.zeros(2))
+        dist.reduce_scatter_tensor(r, on_device(torch.arange(size * 2.0)))
+        out["reduce_scatter"] = r.tolist()
+        a = on_device(torch.zeros(size))
+        dist.all_to_all_single(a, on_device(torch.arange(size, dtype=torch.float32) + 10 * rank))
+        out["all_to_all"] = a.tolist()
+        got = on_device(torch.zeros(2))
+        sent = dist.isend(on_device(torch.full((2,), float(rank))), (rank + 1) % size)
+        received = dist.irecv(got, (rank - 1) % size)
+        sent.wait()
+        received.wait()
+        out["ring"] = got.tolist()
+        return out
+    finally:
+        dist.destroy_process_group()
+        stream.close()
+        for memory in keep:
+            memory.close()
+
+
+@pytest.mark.timeout(120)
+def test_npu_tensor_path_on_simulated_device_memory(tmp_path: Any) -> None:
+    size = 2
+    out = ranks.run_processes(_device_path, size, str(tmp_path), timeout=90)
+    for rank, res in enumerate(out):
+        assert res["work"] == "EventWork" and res["future"]
+        assert res["all_reduce"] == [float(2 * i + 1) for i in range(4)]
+        assert res["broadcast"] == [float(size - 1)] * 3
+        assert res["all_gather"] == [0.0, 0.0, 1.0, 1.0]
+        assert res["reduce_scatter"] == [float(size * (2 * rank)), float(size * (2 * rank + 1))]
+        assert res["all_to_all"] == [float(rank + 10 * src) for src in range(size)]
+        assert res["ring"] == [float((rank - 1) % size)] * 2
