@@ -295,6 +295,29 @@ class Communicator(CommCore):
             return None
         return _ffi.hccl_failure(int(code[0]), "HcclGetCommAsyncError", context=f"communicator '{self._name}'")
 
+    def abort(self) -> None:
+        """Stop the communicator on this rank, from any thread (``HcclCommSuspend``).
+
+        Operations in flight fail at once (``HCCL_E_SUSPENDING``), so a thread stuck waiting for a
+        collective is released with an exception; later calls are refused; the other ranks' pending
+        operations fail with a remote error naming this rank. :meth:`async_error` reports what
+        failed. Call :meth:`destroy` afterwards to free the communicator.
+
+        Raises
+        ------
+        UnsupportedError
+            When the loaded HCCL has no ``HcclCommSuspend``.
+
+        Examples
+        --------
+        >>> threading.Timer(5.0, comm.abort).start()   # a watchdog for a stuck collective
+        """
+        handle = self._live_handle()
+        bound = _ffi.api()
+        if not bound.present["HcclCommSuspend"]:
+            raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")
+        _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
+
     def destroy(self) -> None:
         """Destroy the communicator (call it on every rank). Idempotent.
 

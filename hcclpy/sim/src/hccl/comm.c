@@ -896,6 +896,7 @@ HCCL_API HcclResult HcclCommSuspend(HcclComm handle)
     if (comm == NULL)
         return err;
     atomic_store(&comm->suspended, true);
+    hccl_wake(comm); /* operations asleep in a wait notice at once */
     return HCCL_SUCCESS;
 }
 

@@ -93,6 +93,9 @@ static int begin(call_t *call, const char *api, HcclComm comm_handle, aclrtStrea
     HcclResult broken = hccl_comm_broken(call->comm);
     if (broken != HCCL_SUCCESS) {
         seg_header_t *header = call->comm->header;
+        /* Another rank's failure is a remote error here (as for operations in flight). */
+        if (broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)call->comm->rank)
+            broken = HCCL_E_REMOTE;
         return hccl_error(broken, "%s: communicator '%s' has failed (rank %d: %s); destroy it and create a new one",
                           api, call->comm->name, (int)header->abort_rank,
                           atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");

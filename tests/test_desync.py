@@ -1,0 +1,82 @@
+"""Ranks that call collectives in a different order or with different signatures are told so, on
+every rank, with both sides' calls, instead of corrupting data or hanging."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+import pytest
+
+import hcclpy
+import ranks
+
+# What each of two ranks calls: (operation, count, dtype, op or root); and the signatures the
+# simulator reports for them.
+CASES: Dict[str, Tuple[Tuple[Any, ...], Tuple[Any, ...], str, str]] = {
+    "operation": (("all_reduce", 8, "float32", "sum"), ("broadcast", 8, "float32", 0),
+                  "all_reduce(count=8, fp32, sum)", "broadcast(count=8, fp32, root=0)"),
+    "count": (("all_reduce", 8, "float32", "sum"), ("all_reduce", 16, "float32", "sum"),
+              "all_reduce(count=8, fp32, sum)", "all_reduce(count=16, fp32, sum)"),
+    "dtype": (("all_reduce", 8, "float32", "sum"), ("all_reduce", 8, "int32", "sum"),
+              "all_reduce(count=8, fp32, sum)", "all_reduce(count=8, int32, sum)"),
+    "reduce_op": (("all_reduce", 8, "float32", "sum"), ("all_reduce", 8, "float32", "max"),
+                  "all_reduce(count=8, fp32, sum)", "all_reduce(count=8, fp32, max)"),
+    "root": (("broadcast", 8, "float32", 0), ("broadcast", 8, "float32", 1),
+             "broadcast(count=8, fp32, root=0)", "broadcast(count=8, fp32, root=1)"),
+    "reduce_root": (("reduce", 4, "int64", 0), ("reduce", 4, "int64", 1),
+                    "reduce(count=4, int64, sum, root=0)", "reduce(count=4, int64, sum, root=1)"),
+}
+
+
+def _call(comm: hcclpy.Communicator, stream: hcclpy.Stream, call: Tuple[Any, ...]) -> None:
+    operation, count, dtype, extra = call
+    x = hcclpy.from_numpy(np.ones(count, dtype), device=comm.device)
+    if operation == "all_reduce":
+        comm.all_reduce(x, None, extra, stream=stream)
+    elif operation == "broadcast":
+        comm.broadcast(x, extra, stream=stream)
+    else:
+        comm.reduce(x, None, "sum", extra, stream=stream)
+    stream.synchronize()
+
+
+def _mismatch(rank: int, size: int, info: bytes, case: str) -> str:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = comm.device.create_stream()
+    try:
+        # One matching operation first: the mismatch is operation #2.
+        _call(comm, stream, ("all_reduce", 4, "float32", "sum"))
+        _call(comm, stream, CASES[case][rank])
+        return "no error"
+    except hcclpy.HcclpyError as exc:
+        return str(exc)
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.timeout(60)
+def test_mismatched_calls_are_reported_on_every_rank(case: str) -> None:
+    messages = ranks.run("threads", _mismatch, 2, case, timeout=45)
+    mine, theirs = CASES[case][2], CASES[case][3]
+    for rank, message in enumerate(messages):
+        own, other = (mine, theirs) if rank == 0 else (theirs, mine)
+        assert f"operation #2: rank {rank} called {own} but rank {1 - rank} called {other}" in message, message
+
+
+def _unchecked(rank: int, size: int, info: bytes) -> Any:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    try:
+        # Same buffers, different reduce ops: undetected without the check; each rank computes
+        # its share of the result with its own op.
+        return comm.all_reduce(np.full(64, float(rank + 1)), op="sum" if rank == 0 else "max").tolist()
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.timeout(90)
+def test_the_check_can_be_turned_off() -> None:
+    out = ranks.run_processes(_unchecked, 2, env={"HCCLPY_SIM_DESYNC_CHECK": "0"}, timeout=60)
+    assert all(len(values) == 64 for values in out)
+    assert {3.0, 2.0} >= set(out[0]), out[0]
