@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -42,6 +43,8 @@ class _Staging:
     """A communicator's stream and scratch buffers for host arrays."""
 
     def __init__(self, comm: CommCore) -> None:
+        # The scratch buffers are shared: calls from several threads take turns.
+        self.lock = threading.Lock()
         self.stream: Stream = comm.device.create_stream()
         self._buffers: Dict[str, DeviceArray] = {}
         self._views: Dict[Tuple[str, int, DataType], DeviceArray] = {}
@@ -80,8 +83,14 @@ def _staging(comm: CommCore) -> _Staging:
     comm._live_handle()
     state = comm._host_state
     if state is None:
-        state = comm._host_state = _Staging(comm)
+        with _creating:
+            state = comm._host_state
+            if state is None:
+                state = comm._host_state = _Staging(comm)
     return state
+
+
+_creating = threading.Lock()
 
 
 def release(comm: CommCore) -> None:
@@ -152,6 +161,11 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     stream)`` on the device (it returns the buffer holding the result), copy that out to ``dst``
     (C pointers to host memory; either may be None on ranks that lack it)."""
     staging = _staging(comm)
+    with staging.lock:
+        _chunks(staging, src, dst, count, dtype, run)
+
+
+def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
     stream = staging.stream
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
@@ -187,21 +201,27 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
     """Stage a whole operation through the device: copy from ``src`` in, ``run(send, recv, stream)``,
     copy out to ``dst`` (host memory as for :func:`_copy_pieces`, or None)."""
     staging = _staging(comm)
-    stream = staging.stream
-    send = staging.buffer("send", send_count, dtype)
-    recv = staging.buffer("recv", recv_count, dtype)
-    if src is not None:
-        _copy_pieces(stream, send._cptr, src, send.nbytes, _H2D)
-    run(send, recv, stream)
-    if dst is not None:
-        _copy_pieces(stream, recv._cptr, dst, recv.nbytes, _D2H)
-    stream.synchronize()
+    with staging.lock:
+        stream = staging.stream
+        send = staging.buffer("send", send_count, dtype)
+        recv = staging.buffer("recv", recv_count, dtype)
+        if src is not None:
+            _copy_pieces(stream, send._cptr, src, send.nbytes, _H2D)
+        run(send, recv, stream)
+        if dst is not None:
+            _copy_pieces(stream, recv._cptr, dst, recv.nbytes, _D2H)
+        stream.synchronize()
 
 
 def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
     """Sends and receives of host memory at once: ``(kind, pointer, count, dtype, peer)`` items
     (already checked); received data is written to its pointer."""
     staging = _staging(comm)
+    with staging.lock:
+        _post(staging, comm, items)
+
+
+def _post(staging: _Staging, comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
     stream = staging.stream
     device_items: List[Tuple[str, DeviceArray, int]] = []
     receives: List[Tuple[DeviceArray, Any]] = []
@@ -438,9 +458,10 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
 
 def barrier(comm: CommCore) -> None:
     """Block until every rank has reached the barrier."""
-    stream = _staging(comm).stream
-    collectives.barrier(comm, stream=stream)
-    stream.synchronize()
+    staging = _staging(comm)
+    with staging.lock:
+        collectives.barrier(comm, stream=staging.stream)
+        staging.stream.synchronize()
 
 
 collectives.register_host(sys.modules[__name__])
