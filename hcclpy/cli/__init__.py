@@ -8,6 +8,8 @@ Subcommands, one module each:
     Start N local ranks with a torchrun-compatible environment (:mod:`.run`).
 ``hcclpy sim build|path|env``
     Build the CPU simulator, print its tree or the shell variables that point at it (:mod:`.sim`).
+``hcclpy bench OPERATION``
+    Measure one operation over a range of sizes, nccl-tests style (:mod:`.bench`).
 
 A subcommand module provides ``add_parser(subparsers)``, which registers its parser and sets the
 ``handler`` default to a function that takes the parsed arguments and returns the exit status.
@@ -21,11 +23,11 @@ import sys
 from typing import Optional, Sequence
 
 from .. import __version__
-from . import info, run, sim
+from . import bench, info, run, sim
 
 __all__ = ["main"]
 
-_COMMANDS = (info, run, sim)
+_COMMANDS = (info, run, sim, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,5 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     0
     """
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(arguments)
+    args.argv = arguments  # for subcommands that relaunch themselves
     return int(args.handler(args))

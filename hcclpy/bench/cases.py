@@ -1,0 +1,177 @@
+"""What ``hcclpy bench`` measures for each operation: buffer sizes, the call, the expected result.
+
+Sizes follow nccl-tests (``reference``: perf.md §2.1): the printed size S is the per-rank buffer for
+all_reduce, reduce, broadcast and send_recv, and the whole buffer (every rank's block) for
+all_gather, reduce_scatter and all_to_all, whose per-rank block is S / nranks. Bus bandwidth is
+``algbw × factor`` with nccl-tests' factors, so numbers compare across rank counts and with NCCL.
+
+Inputs are small integers, exact in every data type, so checks compare exactly; bfloat16 is
+written and read through its bit pattern (no ml_dtypes needed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from ..collectives import all_gather, all_reduce, all_to_all, batch_send_recv, broadcast, reduce, reduce_scatter
+from ..runtime import DeviceArray, Stream, empty
+from ..types import DataType, ReduceOp
+
+__all__ = ["OPERATIONS", "Case", "make_case"]
+
+# operation -> (busbw factor as a function of n, whether a reduce op applies, whether a root applies,
+#               whether S is the whole buffer of all ranks)
+OPERATIONS: Dict[str, Tuple[Callable[[int], float], bool, bool, bool]] = {
+    "all_reduce": (lambda n: 2 * (n - 1) / n, True, False, False),
+    "reduce": (lambda n: 1.0, True, True, False),
+    "broadcast": (lambda n: 1.0, False, True, False),
+    "all_gather": (lambda n: (n - 1) / n, False, False, True),
+    "reduce_scatter": (lambda n: (n - 1) / n, True, False, True),
+    "all_to_all": (lambda n: (n - 1) / n, False, False, True),
+    "send_recv": (lambda n: 1.0, False, False, False),
+}
+
+
+def _values(dtype: DataType, float_values: np.ndarray) -> np.ndarray:
+    """``float_values`` (small integers) as an array of ``dtype`` (bfloat16 as its bits, uint16)."""
+    if dtype == DataType.BFP16:
+        return (float_values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return float_values.astype(dtype.numpy)
+
+
+def _as_float(dtype: DataType, raw: np.ndarray) -> np.ndarray:
+    if dtype == DataType.BFP16:
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+def _raw(array: DeviceArray) -> DeviceArray:
+    """``array`` as NumPy can hold it: bfloat16 as its bits (uint16)."""
+    return array.view(DataType.UINT16) if array.dtype == DataType.BFP16 else array
+
+
+def _pattern(rank: int, count: int, op: ReduceOp, nranks: int) -> np.ndarray:
+    """Rank ``rank``'s input: small integers whose reduction over ranks stays exact in int8."""
+    index = np.arange(count)
+    if op == ReduceOp.PROD:  # one rank contributes 2 at each position, the others 1
+        return np.where(index % nranks == rank, 2.0, 1.0)
+    if op in (ReduceOp.MAX, ReduceOp.MIN):
+        return ((3 * rank + index) % 11).astype(np.float64)
+    return ((rank + index) % 5).astype(np.float64)
+
+
+def _combine(inputs: list, op: ReduceOp) -> np.ndarray:
+    stack = np.stack(inputs)
+    if op == ReduceOp.SUM:
+        return stack.sum(axis=0)
+    if op == ReduceOp.PROD:
+        return stack.prod(axis=0)
+    return stack.max(axis=0) if op == ReduceOp.MAX else stack.min(axis=0)
+
+
+class Case:
+    """One operation at one size on one rank: buffers, the call (out of place or in place), the
+    expected output, and the numbers the report needs."""
+
+    def __init__(self, operation: str, comm: Any, nbytes: int, dtype: DataType, op: ReduceOp, root: int) -> None:
+        factor, reduces, rooted, whole = OPERATIONS[operation]
+        self.operation, self.comm, self.dtype = operation, comm, dtype
+        self.op = op if reduces else None
+        self.root = root if rooted else -1
+        n, rank = comm.size, comm.rank
+        per_rank_bytes = nbytes // n if whole else nbytes
+        self.block = max(per_rank_bytes // dtype.itemsize, 0)  # elements each rank contributes
+        self.count = self.block * n if whole else self.block  # the elements nccl-tests prints
+        self.nbytes = self.count * dtype.itemsize
+        self.factor = factor(n)
+        send_count = self.block * n if operation in ("reduce_scatter", "all_to_all") else self.block
+        recv_count = self.block * n if operation in ("all_gather", "all_to_all") else self.block
+        self.send: DeviceArray = empty(send_count, dtype, device=comm.device)
+        self.recv: DeviceArray = empty(recv_count, dtype, device=comm.device)
+        self._ranks = n
+
+    # ------------------------------------------------------------------------------ calls
+
+    def launcher(self, in_place: bool, stream: Stream) -> Optional[Callable[[], Any]]:
+        """A function that queues one operation on ``stream``; None when the operation has no
+        in-place form (all_to_all, send_recv)."""
+        comm, send, recv, op, root, block = self.comm, self.send, self.recv, self.op, self.root, self.block
+        name, rank, n = self.operation, comm.rank, comm.size
+        if name == "all_reduce":
+            return (lambda: all_reduce(comm, send, None, op, stream=stream)) if in_place else \
+                (lambda: all_reduce(comm, send, recv, op, stream=stream))
+        if name == "reduce":
+            return (lambda: reduce(comm, send, None, op, root, stream=stream)) if in_place else \
+                (lambda: reduce(comm, send, recv, op, root, stream=stream))
+        if name == "broadcast":  # in place by nature: both columns time the same call
+            return lambda: broadcast(comm, send, root, stream=stream)
+        if name == "all_gather":
+            mine = recv[rank * block:(rank + 1) * block]
+            return (lambda: all_gather(comm, mine, recv, stream=stream)) if in_place else \
+                (lambda: all_gather(comm, send, recv, stream=stream))
+        if name == "reduce_scatter":
+            mine = send[rank * block:(rank + 1) * block]
+            return (lambda: reduce_scatter(comm, send, mine, op, stream=stream)) if in_place else \
+                (lambda: reduce_scatter(comm, send, recv, op, stream=stream))
+        if in_place:
+            return None
+        if name == "all_to_all":
+            return lambda: all_to_all(comm, send, recv, stream=stream)
+        items = [("send", send, (rank + 1) % n), ("recv", recv, (rank - 1) % n)]
+        return lambda: batch_send_recv(comm, items, stream=stream)
+
+    # ------------------------------------------------------------------------------ checks
+
+    def fill(self, in_place: bool) -> None:
+        """Write this rank's inputs (into the buffer the in-place call reads)."""
+        rank, n, block = self.comm.rank, self._ranks, self.block
+        if self.operation == "all_gather" and in_place:
+            _raw(self.recv[rank * block:(rank + 1) * block]).copy_from(_values(self.dtype, self._input(rank)))
+            return
+        _raw(self.send).copy_from(_values(self.dtype, self._input(rank)))
+        self.recv.fill_zero()
+
+    def _input(self, rank: int) -> np.ndarray:
+        size = self.block if self.operation == "all_gather" else self.send.size
+        return _pattern(rank, size, self.op or ReduceOp.SUM, self._ranks)
+
+    def wrong(self, in_place: bool) -> int:
+        """Elements of this rank's output that differ from the expected result (after ``fill``,
+        one call and a synchronisation)."""
+        name, rank, n, block, op = self.operation, self.comm.rank, self._ranks, self.block, self.op
+        everyone = [self._input(r) for r in range(n)]
+        got, want = None, None
+        if name == "all_reduce":
+            got, want = (self.send if in_place else self.recv), _combine(everyone, op)
+        elif name == "reduce":
+            if rank != self.root:
+                return 0
+            got, want = (self.send if in_place else self.recv), _combine(everyone, op)
+        elif name == "broadcast":
+            got, want = self.send, everyone[self.root]
+        elif name == "all_gather":
+            got, want = self.recv, np.concatenate(everyone)
+        elif name == "reduce_scatter":
+            got = self.send[rank * block:(rank + 1) * block] if in_place else self.recv
+            want = _combine(everyone, op)[rank * block:(rank + 1) * block]
+        elif name == "all_to_all":
+            got, want = self.recv, np.concatenate([e[rank * block:(rank + 1) * block] for e in everyone])
+        else:
+            got, want = self.recv, everyone[(rank - 1) % n]
+        if got.size == 0:
+            return 0
+        values = _as_float(self.dtype, _raw(got).to_numpy())
+        return int(np.count_nonzero(values != want))
+
+    def close(self) -> None:
+        self.send.close()
+        self.recv.close()
+
+
+def make_case(operation: str, comm: Any, nbytes: int, dtype: DataType, op: ReduceOp, root: int) -> Case:
+    """The :class:`Case` of ``operation`` at ``nbytes`` (see the module docstring)."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"operation={operation!r} must be one of {', '.join(OPERATIONS)}")
+    return Case(operation, comm, nbytes, dtype, op, root)

@@ -1,0 +1,98 @@
+"""Printing and saving ``hcclpy bench`` results: the nccl-tests table, JSON, CSV and a plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any, Dict, List, Optional, TextIO
+
+from .measure import Result, Row
+
+__all__ = ["average_busbw", "table", "write_csv", "write_json", "write_plot"]
+
+# hccl_test's names for the data types
+TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
+              "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "FP16": "fp16", "FP32": "fp32",
+              "FP64": "fp64", "BFP16": "bfp16"}
+
+
+def average_busbw(rows: List[Row]) -> float:
+    """The mean bus bandwidth over sizes and columns, as nccl-tests' last line."""
+    values = [r.busbw for row in rows for r in (row.out_of_place, row.in_place) if r is not None]
+    return sum(values) / len(values) if values else 0.0
+
+
+def _cells(result: Optional[Result]) -> str:
+    if result is None:
+        return f"{'N/A':>9} {'N/A':>7} {'N/A':>7} {'N/A':>6}"
+    return f"{result.time_us:>9.2f} {result.algbw:>7.2f} {result.busbw:>7.2f} {result.wrong:>6d}"
+
+
+def table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
+    """The nccl-tests table (out-of-place and in-place columns) with its header and footer."""
+    print(f"# hcclpy bench {meta['operation']}: {meta['nranks']} ranks, backend {meta['backend']}, "
+          f"warmup {meta['warmup']}, iters {meta['iters']}, check {'on' if meta['check'] else 'off'}", file=out)
+    print(f"# time: device events around back-to-back calls on one stream; {meta['average']}; "
+          "GB/s = 1e9 bytes/s; busbw = algbw x the nccl-tests factor", file=out)
+    print(f"# {'':>62}out-of-place{'':>22}in-place", file=out)
+    print(f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'root':>5} "
+          f"{'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+          file=out)
+    print(f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'':>5} "
+          f"{'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}", file=out)
+    for row in rows:
+        print(f"  {row.size:>10} {row.count:>12} {meta['type']:>6} {meta['redop']:>6} {meta['root']:>5} "
+              f"{_cells(row.out_of_place)} {_cells(row.in_place)}", file=out)
+    wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
+    print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}", file=out)
+    print(f"# Avg bus bandwidth    : {average_busbw(rows):.4f}", file=out)
+
+
+def write_json(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    with open(path, "w") as out:
+        json.dump({**meta, "avg_busbw": average_busbw(rows), "rows": [row.as_dict() for row in rows]}, out, indent=1)
+        out.write("\n")
+
+
+def write_csv(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["operation", "nranks", "size", "count", "type", "redop", "root", "placement", "time_us",
+                         "algbw", "busbw", "wrong"])
+        for row in rows:
+            for placement, result in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+                if result is not None:
+                    writer.writerow([meta["operation"], meta["nranks"], row.size, row.count, meta["type"],
+                                     meta["redop"], meta["root"], placement, f"{result.time_us:.3f}",
+                                     f"{result.algbw:.4f}", f"{result.busbw:.4f}", result.wrong])
+
+
+def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    """Bus bandwidth and time against size, log axes (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
+    figure, (bandwidth, latency) = plt.subplots(1, 2, figsize=(11, 4))
+    for placement in ("out_of_place", "in_place"):
+        points = [(row.size, getattr(row, placement)) for row in rows if getattr(row, placement) is not None]
+        if not points:
+            continue
+        label = placement.replace("_", "-")
+        bandwidth.plot([p[0] for p in points], [p[1].busbw for p in points], marker="o", label=label)
+        latency.plot([p[0] for p in points], [p[1].time_us for p in points], marker="o", label=label)
+    for axes, title in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time per call (us)")):
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("size (bytes)")
+        axes.set_title(title)
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend()
+    latency.set_yscale("log")
+    figure.suptitle(f"hcclpy bench {meta['operation']}, {meta['nranks']} ranks, {meta['type']}, "
+                    f"backend {meta['backend']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

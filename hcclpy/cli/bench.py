@@ -1,0 +1,152 @@
+"""``hcclpy bench OPERATION``: nccl-tests / hccl_test style measurements of one operation.
+
+Run it under any launcher (``hcclpy run``, torchrun, srun, mpirun): every rank takes part and rank
+0 prints the table. Without a launcher, ``-g N`` starts N local ranks through ``hcclpy run``;
+without either it is a job of one rank::
+
+    hcclpy bench all_reduce -g 2 -b 8 -e 64M -f 2
+    hcclpy run -n 4 -m hcclpy bench all_gather -d bfp16 --json out.json
+    mpirun -n 8 python -m hcclpy bench reduce_scatter -o max
+
+The flags follow nccl-tests and hccl_test; sizes take K, M and G suffixes (powers of 1024).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import Any, List
+
+__all__ = ["add_parser", "run"]
+
+_OPERATIONS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "fp16", "fp32", "fp64",
+           "bfp16")
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    cleaned = text.strip().upper().rstrip("B")
+    try:
+        if cleaned and cleaned[-1] in units:
+            return int(float(cleaned[:-1]) * units[cleaned[-1]])
+        return int(cleaned)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, with an optional K, M or G)") from None
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must not be negative")
+    return value
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``hcclpy bench`` with ``subparsers``."""
+    parser = subparsers.add_parser(
+        "bench", help="measure one operation over a range of sizes (nccl-tests / hccl_test style)",
+        description="Measure one HCCL operation on device buffers over a range of sizes and print the "
+        "nccl-tests table (time, algbw, busbw, #wrong; out of place and in place). Exit status 1 when "
+        "results are wrong.")
+    parser.add_argument("operation", choices=_OPERATIONS, help="what to measure")
+    parser.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE", help="smallest size (default 8)")
+    parser.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, metavar="SIZE",
+                        help="largest size (default 64M)")
+    parser.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",
+                        help="factor between sizes (default 2)")
+    parser.add_argument("-i", "--stepbytes", type=_size, default=0, metavar="SIZE",
+                        help="fixed increment between sizes, with -f 1")
+    parser.add_argument("-d", "--datatype", choices=_DTYPES, default="fp32", help="data type (default fp32)")
+    parser.add_argument("-o", "--op", choices=("sum", "prod", "max", "min"), default="sum",
+                        help="reduction (default sum)")
+    parser.add_argument("-r", "--root", type=_non_negative, default=0, help="root rank (default 0)")
+    parser.add_argument("-w", "--warmup_iters", type=_non_negative, default=5, metavar="N",
+                        help="untimed calls per size (default 5)")
+    parser.add_argument("-n", "--iters", type=_non_negative, default=0, metavar="N",
+                        help="timed calls per size; 0 (default): 1,000 up to 256 KiB, then 256 MiB / size, "
+                        "at least 20")
+    parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
+    parser.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
+                        help="time reported: 0 rank 0, 1 mean over ranks (default), 2 minimum, 3 maximum")
+    parser.add_argument("-g", "--ranks", type=int, default=None, metavar="N",
+                        help="without a launcher: start N local ranks through 'hcclpy run'")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--csv", metavar="FILE", help="also write the results as CSV")
+    parser.add_argument("--plot", metavar="FILE.png", help="also plot busbw and time against size (matplotlib)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="seconds any wait may take (default 600)")
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def _launch_ranks(args: argparse.Namespace, argv: List[str]) -> int:
+    """Start ``args.ranks`` ranks of this command through ``hcclpy run``."""
+    command = [sys.executable, "-m", "hcclpy", "run", "-n", str(args.ranks), "--no-prefix",
+               "--timeout", str(args.timeout + 60), "-m", "hcclpy", *argv]
+    return subprocess.call(command)
+
+
+def _without_ranks(argv: List[str]) -> List[str]:
+    """``argv`` minus the ``-g`` / ``--ranks`` option (the ranks started must not start more)."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item in ("-g", "--ranks"):
+            skip = True
+        elif not (item.startswith("--ranks=") or (item.startswith("-g") and item[2:].isdigit())):
+            out.append(item)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``hcclpy bench``; 0 when every checked result was right, 1 otherwise.
+
+    Under a launcher the launcher decides the ranks and ``-g`` is ignored.
+    """
+    from ..bootstrap import detect_launch
+
+    if args.ranks is not None and args.ranks < 1:
+        args.parser.error(f"-g {args.ranks}: the number of ranks must be at least 1")
+    if args.ranks is not None and args.ranks > 1 and detect_launch().launcher == "none":
+        return _launch_ranks(args, _without_ranks(args.argv))
+    return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    import hcclpy
+    from ..bench import measure as m, report
+    from ..types import ReduceOp, as_datatype
+
+    dtype = as_datatype(args.datatype.replace("bfp16", "bfloat16"))
+    op = ReduceOp[args.op.upper()]
+    try:
+        byte_sizes = m.sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    comm = hcclpy.init(timeout=args.timeout)
+    try:
+        if args.root >= comm.size:
+            args.parser.error(f"-r {args.root}: the root must be a rank (0..{comm.size - 1})")
+        rows = m.measure(comm, args.operation, byte_sizes, dtype, op, args.root, warmup=args.warmup_iters,
+                         iters=args.iters, check=bool(args.check), average=args.average, timeout=args.timeout)
+        wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
+        if comm.rank == 0:
+            from ..bench.cases import OPERATIONS
+
+            _, reduces, rooted, _ = OPERATIONS[args.operation]
+            meta = {"operation": args.operation, "nranks": comm.size, "backend": hcclpy.backend(),
+                    "type": report.TYPE_NAMES[dtype.name], "redop": args.op if reduces else "none",
+                    "root": args.root if rooted else -1, "warmup": args.warmup_iters,
+                    "iters": args.iters or "auto", "check": bool(args.check), "average": m.AVERAGES[args.average]}
+            report.table(rows, meta, sys.stdout)
+            for path, write in ((args.json, report.write_json), (args.csv, report.write_csv),
+                                (args.plot, report.write_plot)):
+                if path:
+                    write(rows, meta, os.fspath(path))
+        return 0 if wrong == 0 else 1
+    finally:
+        hcclpy.shutdown()

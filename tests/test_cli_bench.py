@@ -1,0 +1,104 @@
+"""``hcclpy bench``: every operation runs on several ranks with checked results, the table follows
+nccl-tests, JSON / CSV / plot files are written, and wrong results are counted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+import hcclpy
+from hcclpy.bench.cases import OPERATIONS, make_case
+from hcclpy.bench.measure import iterations, sizes
+from hcclpy.types import DataType, ReduceOp
+
+TIMEOUT = 120
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HCCLPY_LAUNCHER")
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    return subprocess.run([sys.executable, "-m", "hcclpy", "bench", *args], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
+    out = tmp_path / "result.json"
+    result = bench(operation, "-g", "3", "-b", "8", "-e", "96K", "-f", "16", "-n", "5", "-d", "bfp16", "-o", "max",
+                   "-r", "2", "--json", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    _, reduces, rooted, whole = OPERATIONS[operation]
+    assert report["nranks"] == 3 and report["type"] == "bfp16"
+    assert report["redop"] == ("max" if reduces else "none") and report["root"] == (2 if rooted else -1)
+    factor = {"all_reduce": 4 / 3, "reduce_scatter": 2 / 3, "all_gather": 2 / 3, "all_to_all": 2 / 3}.get(operation, 1)
+    for row in report["rows"]:
+        # the printed size is the whole buffer for gathers and scatters: a multiple of the ranks' blocks
+        assert row["size"] == row["count"] * 2 and (not whole or row["count"] % 3 == 0)
+        for placement in ("out_of_place", "in_place"):
+            cell = row[placement]
+            if cell is None:
+                assert operation in ("all_to_all", "send_recv") and placement == "in_place"
+                continue
+            assert cell["wrong"] == 0 and cell["time_us"] > 0
+            assert cell["busbw"] == pytest.approx(cell["algbw"] * factor)
+    assert "# Out of bounds values : 0 OK" in result.stdout and "# Avg bus bandwidth" in result.stdout
+
+
+def test_table_csv_and_plot(tmp_path: Any) -> None:
+    pytest.importorskip("matplotlib")
+    table, plot = tmp_path / "r.csv", tmp_path / "r.png"
+    result = bench("all_reduce", "-g", "2", "-e", "4K", "-f", "8", "-n", "3", "--csv", str(table), "--plot", str(plot))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("#")]
+    assert [int(line.split()[0]) for line in lines] == [8, 64, 512, 4096]
+    assert lines[0].split()[2:5] == ["fp32", "sum", "-1"]
+    with open(table) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and {r["placement"] for r in rows} == {"out-of-place", "in-place"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_rank_without_a_launcher() -> None:
+    result = bench("broadcast", "-e", "64", "-n", "2")
+    assert result.returncode == 0, result.stderr
+    assert "1 ranks" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["all_reduce", "-b", "1X"], "is not a size"),
+    (["all_reduce", "-b", "64", "-e", "8"], "empty"),
+    (["broadcast", "-r", "3"], "root must be a rank"),
+    (["all_reduce", "-g", "0"], "at least 1"),
+    (["gather"], "invalid choice"),
+])
+def test_bad_arguments(args: List[str], message: str) -> None:
+    result = bench(*args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_wrong_results_are_counted() -> None:
+    # A case whose operation never ran: every output element is wrong.
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        case = make_case("all_reduce", comm, 64, DataType.FP32, ReduceOp.SUM, 0)
+        case.fill(in_place=False)
+        assert case.wrong(in_place=False) == 16 - int(np.count_nonzero(np.arange(16) % 5 == 0))
+        case.close()
+
+
+def test_sizes_and_iterations() -> None:
+    assert sizes(8, 64, 2, 0) == [8, 16, 32, 64]
+    assert sizes(0, 3, 1, 1) == [0, 1, 2, 3]
+    assert iterations(8, 0) == 1000 and iterations(64 << 20, 0) == 20 and iterations(8, 7) == 7
+    with pytest.raises(ValueError, match="factor above 1"):
+        sizes(8, 64, 1, 0)
+
+
