@@ -63,11 +63,13 @@ def backend() -> str:
 
 
 def library_info() -> Dict[str, Any]:
-    """What was loaded: backend, each library's path and how it was found, optional functions."""
+    """What was loaded: backend, each library's path and how it was found, optional functions, and
+    the simulator's product profile (``HCCLPY_SIM_PROFILE``; None: no limits, and always on CANN)."""
     from . import _ffi
 
     bound = _ffi.api()
     libraries: List[Dict[str, str]] = [
         {"name": lib.name, "path": lib.path, "found_via": lib.found_via} for lib in bound.loaded]
     return {"backend": bound.backend, "libraries": libraries,
-            "functions": dict(sorted(bound.present.items())), "simulator": _ffi.build_info()}
+            "functions": dict(sorted(bound.present.items())), "simulator": _ffi.build_info(),
+            "profile": bound.profile.name if bound.profile is not None else None}

@@ -17,12 +17,13 @@ __all__ = ["CommCore"]
 class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
-    __slots__ = ("__weakref__", "_handle", "_api", "_rank", "_size", "_device", "_device_id", "_name", "_closed_by",
-                 "_host_state", "_default_stream", "_vector_cache", "_packed_cache")
+    __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
+                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
         self._api = _ffi.api()
+        self._profile = self._api.profile  # the simulator's product profile; None: no limits
         self._rank = rank
         self._size = size
         self._device = device

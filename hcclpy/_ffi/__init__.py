@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import cffi
 
+from .. import profiles
 from ..errors import AclErrorCode, UnsupportedError, acl_error, hccl_error, LibraryNotFoundError
 from . import cdef_acl, cdef_hccl, cdef_hccl_types
 from ._loader import LoadedLibrary, SimulatorFallbackWarning, open_libraries, simulator_build_info
@@ -40,12 +41,15 @@ class Api(SimpleNamespace):
     """Every declared C function as an attribute, bound to the library that exports it.
 
     A function the loaded library lacks is a stub that raises :class:`UnsupportedError`; ``present``
-    says which are real. ``backend`` is ``"cann"`` or ``"sim"``; ``loaded`` lists the libraries.
+    says which are real. ``backend`` is ``"cann"`` or ``"sim"``; ``loaded`` lists the libraries;
+    ``profile`` is the simulator's product profile (``HCCLPY_SIM_PROFILE``), None for no limits
+    and always None on CANN, whose product enforces its own.
     """
 
     present: Dict[str, bool]
     backend: str
     loaded: Tuple[LoadedLibrary, ...]
+    profile: Optional[profiles.Profile]
 
 
 _lock = threading.Lock()
@@ -59,7 +63,7 @@ def _missing(name: str, where: str) -> Any:
     return unsupported
 
 
-def _bind(opened: Any) -> Api:
+def _bind(opened: Any, profile: Optional[profiles.Profile]) -> Api:
     namespace: Dict[str, Any] = {}
     present: Dict[str, bool] = {}
     hccl_libs = [opened.hccl] + ([opened.hcomm] if opened.hcomm is not None else [])
@@ -79,7 +83,7 @@ def _bind(opened: Any) -> Api:
                     raise LibraryNotFoundError(f"{where} does not export {name}; hcclpy needs it")
                 namespace[name] = _missing(name, where)
                 present[name] = False
-    return Api(present=present, backend=opened.backend, loaded=opened.loaded, **namespace)
+    return Api(present=present, backend=opened.backend, loaded=opened.loaded, profile=profile, **namespace)
 
 
 def _load() -> Api:
@@ -91,7 +95,9 @@ def _load() -> Api:
         # in their code while the interpreter shuts down and releases the lib objects.
         flags = ffi.RTLD_NOW | ffi.RTLD_GLOBAL | getattr(ffi, "RTLD_NODELETE", 0)
         opened = open_libraries(lambda path: ffi.dlopen(path, flags))
-        bound = _bind(opened)
+        # Read once, as the simulator does; an unknown name fails here, before any C call.
+        profile = profiles.from_environment() if opened.backend == "sim" else None
+        bound = _bind(opened, profile)
         rc = bound.aclInit(ffi.NULL)
         if rc == AclErrorCode.ACL_SUCCESS:
             # We initialised AscendCL, so we finalise it; when torch_npu did it first, it does.

@@ -13,6 +13,10 @@ Each operation starts with a fast path for its common call — live :class:`Devi
 and an explicit or default :class:`Stream` of the communicator's device — that makes the same
 checks as the general path as plain attribute tests; anything else takes the general path, which
 explains what is wrong.
+
+On the simulator with a product profile (``HCCLPY_SIM_PROFILE``, :mod:`hcclpy.profiles`) every
+call takes the general path, which refuses what that product refuses with a ``ValueError``
+before any C call; without one, the fast paths pay a single attribute test for it.
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def _fast(comm: Any, stream: Any) -> Optional[Stream]:
     """The stream to use when ``comm`` is a live communicator and ``stream`` an open stream of its
     device (or None, meaning its default stream); None otherwise (the general path says why)."""
     try:
-        if comm._handle is None:
+        # A product profile's checks are on the general paths only: without one, this is all they cost.
+        if comm._handle is None or comm._profile is not None:
             return None
         if stream is None:
             stream = comm._default_stream
@@ -86,6 +91,17 @@ def _fast(comm: Any, stream: Any) -> Optional[Stream]:
         return stream if stream._live_device == comm._device_id else None
     except AttributeError:  # comm is not a communicator
         return None
+
+
+def _supported(comm: Any, operation: str, dtype: Any, op: Any = None) -> None:
+    """Raise ValueError if the simulator's product profile refuses ``operation`` on ``dtype`` (with
+    reduce operation ``op``), as the real product would with HCCL_E_NOT_SUPPORT.
+
+    For NumPy arrays, checked before they are staged (``comm`` is not checked yet). The device
+    paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
+    profile = getattr(comm, "_profile", None)
+    if profile is not None:
+        profile.check(operation, dtype, op)
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Any) -> None:
@@ -250,6 +266,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                                               st._ptr_cdata), "HcclAllReduce", st, (send, recv))
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_reduce", send.dtype, op)
         return _host.all_reduce(comm, send, recv if out is None else out, op)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -266,6 +283,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
     _on_device(comm, rb, "recv")
     _aligned(sb, "send")
     _aligned(rb, "recv")
+    if comm._profile is not None:
+        comm._profile.check("all_reduce", sb.dtype, op)
     _done(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, st._ptr_cdata),
           "HcclAllReduce", st, (send, recv))
     return send if recv is None else recv
@@ -293,6 +312,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                       "HcclReduce", st, (send, recv))
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "reduce", send.dtype, op)
         return _host.reduce(comm, send, recv if out is None else out, op, root)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -312,6 +332,8 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         _aligned(rb, "recv")
         if sb.address != rb.address and _overlap(sb, rb):
             raise ValueError("send and recv overlap without being the same buffer")
+    if comm._profile is not None:
+        comm._profile.check("reduce", sb.dtype, op)
     recv_ptr = rb.ptr if is_root else _ffi.NULL
     _done(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
           "HcclReduce", st, (send, recv))
@@ -333,6 +355,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
                                                   st._ptr_cdata), "HcclReduceScatter", st, (send, recv))
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "reduce_scatter", send.dtype, op)
         return _host.reduce_scatter(comm, send, recv if out is None else out, op)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -349,6 +372,8 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
     in_place = rb.address == sb.address + comm._rank * rb.count * rb.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
+    if comm._profile is not None:
+        comm._profile.check("reduce_scatter", sb.dtype, op)
     _done(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, st._ptr_cdata),
           "HcclReduceScatter", st, (send, recv))
     return recv
@@ -362,6 +387,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     elements). ``send_displs=None`` packs the blocks back to back. NumPy form:
     ``reduce_scatter_v(array, send_counts)`` returns the flattened block."""
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "reduce_scatter_v", send.dtype, op)
         counts, target = (recv, None) if send_counts is None else (send_counts, recv)
         return _host.reduce_scatter_v(comm, send, counts, target, op, send_displs)
     if send_counts is None:
@@ -381,6 +407,8 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     _aligned(sb, "send")
     _aligned(rb, "recv")
     _disjoint(sb, rb, "reduce_scatter_v")
+    if comm._profile is not None:
+        comm._profile.check("reduce_scatter_v", sb.dtype, op)
     _done(comm._api.HcclReduceScatterV(sb.ptr, _c_vector(comm, counts), _c_vector(comm, displs), rb.ptr, mine,
                                        sb.dtype_c, _op(op), handle, st._ptr_cdata),
           "HcclReduceScatterV", st, (send, recv))
@@ -398,6 +426,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
                   "HcclBroadcast", st, buf)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
+        _supported(comm, "broadcast", buf.dtype)
         return _host.broadcast(comm, buf, root, out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -405,6 +434,8 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     root = _rank(comm, root, "root")
     b = resolve(buf, "buf")
     _on_device(comm, b, "buf")
+    if comm._profile is not None:
+        comm._profile.check("broadcast", b.dtype)
     _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf)
     return buf
 
@@ -425,6 +456,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       "HcclAllGather", st, (send, recv))
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_gather", send.dtype)
         return _host.all_gather(comm, send, recv if out is None else out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -439,6 +471,8 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     in_place = sb.address == rb.address + comm._rank * sb.count * sb.itemsize
     if not in_place and _overlap(sb, rb):
         raise ValueError("send overlaps recv; in place, send must be exactly this rank's block of recv")
+    if comm._profile is not None:
+        comm._profile.check("all_gather", sb.dtype)
     _done(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, st._ptr_cdata), "HcclAllGather",
           st, (send, recv))
     return recv
@@ -450,6 +484,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
     (``recv_counts[r]`` elements, which must equal that rank's ``send`` count). NumPy form:
     ``all_gather_v(array, recv_counts)`` returns the flattened result."""
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_gather_v", send.dtype)
         counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
         return _host.all_gather_v(comm, send, counts, target, recv_displs)
     if recv_counts is None:
@@ -467,6 +502,8 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_gather_v")
+    if comm._profile is not None:
+        comm._profile.check("all_gather_v", sb.dtype)
     _done(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _c_vector(comm, counts), _c_vector(comm, displs),
                                    sb.dtype_c, handle, st._ptr_cdata), "HcclAllGatherV", st, (send, recv))
     return recv
@@ -491,6 +528,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
                 return recv
     target = recv if out is None else out
     if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
+        _supported(comm, "scatter", (target if send is None else send).dtype)
         return _host.scatter(comm, send, target, root)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -512,6 +550,8 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
         if not in_place and _overlap(sb, rb):
             raise ValueError("recv overlaps send; in place, recv must be exactly the root's block of send")
         send_ptr = sb.ptr
+    if comm._profile is not None:
+        comm._profile.check("scatter", rb.dtype)
     _done(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, st._ptr_cdata),
           "HcclScatter", st, (send, recv))
     return recv
@@ -532,6 +572,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                                              st._ptr_cdata), "HcclAlltoAll", st, (send, recv))
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_to_all", send.dtype)
         return _host.all_to_all(comm, send, recv if out is None else out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -544,6 +585,8 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all")
+    if comm._profile is not None:
+        comm._profile.check("all_to_all", sb.dtype)
     per_rank = sb.count // comm._size
     _done(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
           "HcclAlltoAll", st, (send, recv))
@@ -558,6 +601,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     Displacements default to packed blocks. ``send`` and ``recv`` must not overlap. NumPy form:
     ``all_to_all_v(array, send_counts, recv_counts)``."""
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_to_all_v", send.dtype)
         if recv_counts is None:  # (array, send_counts, recv_counts)
             return _host.all_to_all_v(comm, send, recv, send_counts, None, send_displs, recv_displs)
         return _host.all_to_all_v(comm, send, send_counts, recv_counts, recv, send_displs, recv_displs)
@@ -576,6 +620,8 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_v")
+    if comm._profile is not None:
+        comm._profile.check("all_to_all_v", sb.dtype)
     _done(comm._api.HcclAlltoAllV(sb.ptr, _c_vector(comm, scounts), _c_vector(comm, sdispls), sb.dtype_c, rb.ptr,
                                   _c_vector(comm, rcounts), _c_vector(comm, rdispls), rb.dtype_c, handle,
                                   st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
@@ -588,6 +634,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     go from rank ``i`` to rank ``j``, packed in rank order on both sides. NumPy form:
     ``all_to_all_vc(array, matrix)``."""
     if isinstance(send, np.ndarray) and _host is not None:
+        _supported(comm, "all_to_all_vc", send.dtype)
         matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
         return _host.all_to_all_vc(comm, send, matrix, target)
     if send_count_matrix is None:
@@ -613,6 +660,8 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _disjoint(sb, rb, "all_to_all_vc")
+    if comm._profile is not None:
+        comm._profile.check("all_to_all_vc", sb.dtype)
     flat = tuple(count for row in rows for count in row)
     _done(comm._api.HcclAlltoAllVC(sb.ptr, _c_vector(comm, flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle,
                                    st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
@@ -632,8 +681,10 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
             return
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
-    peer = _peer(comm, peer)
     b = resolve(buf, "buf")
+    if comm._profile is not None:  # before the peer, as HCCL checks
+        comm._profile.check("send" if name == "HcclSend" else "recv", b.dtype)
+    peer = _peer(comm, peer)
     _on_device(comm, b, "buf")
     _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, buf)
 
@@ -641,6 +692,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
     if isinstance(buf, np.ndarray) and _host is not None:
+        _supported(comm, "send", buf.dtype)
         return _host.send(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclSend")
     return None
@@ -649,6 +701,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
     if isinstance(buf, np.ndarray) and _host is not None:
+        _supported(comm, "recv", buf.dtype)
         return _host.recv(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclRecv")
     return buf
@@ -671,6 +724,8 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
     if items and _host is not None and all(
             isinstance(i, (tuple, list)) and len(i) == 3 and isinstance(i[1], np.ndarray) for i in items):
+        for item in items:
+            _supported(comm, "batch_send_recv", item[1].dtype)
         return _host.batch_send_recv(comm, items)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
@@ -682,6 +737,8 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         kind, buf, peer = item
         b = resolve(buf, f"items[{index}] buffer")
         _on_device(comm, b, f"items[{index}] buffer")
+        if comm._profile is not None:
+            comm._profile.check("batch_send_recv", b.dtype)
         c = c_items[index]
         c.sendRecvType = _KINDS[kind]
         c.buf = b.ptr

@@ -102,10 +102,14 @@ int hccl_get_root_info(rootinfo_wire_t *wire)
 
 HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
 {
+    /* Every way into HCCL starts here or at an initialisation: they report an unknown profile. */
+    int err = hccl_profile_get("HcclGetRootInfo", NULL);
+    if (err != HCCL_SUCCESS)
+        return err;
     if (rootInfo == NULL)
         return hccl_error(HCCL_E_PTR, "HcclGetRootInfo: rootInfo is NULL");
     rootinfo_wire_t wire;
-    int err = hccl_get_root_info(&wire);
+    err = hccl_get_root_info(&wire);
     if (err != HCCL_SUCCESS)
         return err;
     memset(rootInfo, 0, sizeof *rootInfo);
@@ -524,10 +528,13 @@ static int current_device(const char *api, int *device)
 static int init_root_info(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, const HcclCommConfig *config,
                           HcclComm *comm, const char *api)
 {
+    int err = hccl_profile_get(api, NULL);
+    if (err != HCCL_SUCCESS)
+        return err;
     if (rootInfo == NULL || comm == NULL)
         return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, rootInfo == NULL ? "rootInfo" : "comm");
     int device;
-    int err = current_device(api, &device);
+    err = current_device(api, &device);
     if (err != HCCL_SUCCESS)
         return err;
     rootinfo_wire_t wire;
@@ -553,10 +560,13 @@ HCCL_API HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootIn
 static int init_cluster_info(const char *clusterInfo, uint32_t rank, const HcclCommConfig *config, HcclComm *comm,
                              const char *api)
 {
+    int err = hccl_profile_get(api, NULL);
+    if (err != HCCL_SUCCESS)
+        return err;
     if (clusterInfo == NULL || comm == NULL)
         return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, clusterInfo == NULL ? "clusterInfo" : "comm");
     int device;
-    int err = current_device(api, &device);
+    err = current_device(api, &device);
     if (err != HCCL_SUCCESS)
         return err;
     parsed_config_t parsed;
@@ -639,6 +649,9 @@ int hccl_run_init_jobs(init_job_t *jobs, uint32_t count)
 HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)
 {
     const char *api = "HcclCommInitAll";
+    int err = hccl_profile_get(api, NULL);
+    if (err != HCCL_SUCCESS)
+        return err;
     if (devices == NULL || comms == NULL)
         return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, devices == NULL ? "devices" : "comms");
     uint32_t count = (uint32_t)sim_config()->device_count;
@@ -654,7 +667,7 @@ HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *c
                                   (int)devices[i], j, i);
     }
     rootinfo_wire_t wire;
-    int err = hccl_get_root_info(&wire);
+    err = hccl_get_root_info(&wire);
     if (err != HCCL_SUCCESS)
         return err;
     init_job_t *jobs = calloc(ndev, sizeof *jobs);

@@ -189,6 +189,25 @@ void hccl_reduce(void *const *outs, int nout, const void *const *ins, int nin, u
                  HcclReduceOp op, bool streaming);
 
 
+/* -------------------------------------------------------------- profiles */
+
+#define HCCL_SIM_PROFILE_VARIABLE "HCCLPY_SIM_PROFILE"
+
+/* The data types and reduce operations one Ascend product accepts (profile.c). */
+typedef struct hccl_profile hccl_profile_t;
+
+/* The profile HCCLPY_SIM_PROFILE names (NULL when unset or empty: no limits),
+ * read once; `out` may be NULL. An unknown name fails every call with
+ * HCCL_E_PARA and a message listing the valid names; `api` starts it. */
+int hccl_profile_get(const char *api, const hccl_profile_t **out);
+/* HCCL_SUCCESS if `profile` (NULL: none) allows operation `type` (HcclCMDType)
+ * on `dtype` with `op` (read only for operations that reduce), otherwise
+ * HCCL_E_NOT_SUPPORT with a message naming the profile and what it allows. */
+int hccl_profile_check(const hccl_profile_t *profile, const char *api, uint32_t type, HcclDataType dtype,
+                       HcclReduceOp op);
+/* Whether operation `type` (HcclCMDType) takes a reduce operation. */
+bool hccl_cmd_reduces(uint32_t type);
+
 /* ------------------------------------------------------------ operations */
 
 typedef struct op_task op_task_t;

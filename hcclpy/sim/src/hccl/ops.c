@@ -65,14 +65,19 @@ static int dispatch(op_task_t *op)
 
 typedef struct {
     const char *api;
+    uint32_t type;                   /* HcclCMDType */
+    const hccl_profile_t *profile;   /* HCCLPY_SIM_PROFILE; NULL: no limits */
     hccl_comm_t *comm;
     sim_stream_t *stream;
 } call_t;
 
-static int begin(call_t *call, const char *api, HcclComm comm_handle, aclrtStream stream_handle)
+static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_handle, aclrtStream stream_handle)
 {
     call->api = api;
-    int err = HCCL_SUCCESS;
+    call->type = type;
+    int err = hccl_profile_get(api, &call->profile);
+    if (err != HCCL_SUCCESS)
+        return err;
     call->comm = hccl_comm_lookup(comm_handle, api, &err);
     if (call->comm == NULL)
         return err;
@@ -103,10 +108,15 @@ static int begin(call_t *call, const char *api, HcclComm comm_handle, aclrtStrea
     return HCCL_SUCCESS;
 }
 
+/* A type the simulator moves, and one the product profile allows for an
+ * operation that does not reduce (check_op asks it for reductions, which it
+ * answers for the data type and the reduce operation together). */
 static int check_dtype(const call_t *call, const char *what, HcclDataType dtype)
 {
     if (hccl_dtype_size(dtype) != 0)
-        return HCCL_SUCCESS;
+        return hccl_cmd_reduces(call->type)
+                   ? HCCL_SUCCESS
+                   : hccl_profile_check(call->profile, call->api, call->type, dtype, HCCL_REDUCE_RESERVED);
     if (dtype == HCCL_DATA_TYPE_INT128 || dtype == HCCL_DATA_TYPE_HIF8 || dtype == HCCL_DATA_TYPE_FP8E4M3 ||
         dtype == HCCL_DATA_TYPE_FP8E5M2 || dtype == HCCL_DATA_TYPE_FP8E8M0)
         return hccl_error(HCCL_E_NOT_SUPPORT, "%s: %s %s (%d) is not supported", call->api, what,
@@ -114,10 +124,12 @@ static int check_dtype(const call_t *call, const char *what, HcclDataType dtype)
     return hccl_error(HCCL_E_PARA, "%s: %s %d is not an HcclDataType", call->api, what, (int)dtype);
 }
 
-static int check_op(const call_t *call, HcclReduceOp op)
+/* `op` is a reduce operation, and the product profile allows it with `dtype`
+ * (already checked by check_dtype). */
+static int check_op(const call_t *call, HcclReduceOp op, HcclDataType dtype)
 {
     if ((unsigned)op <= HCCL_REDUCE_MIN)
-        return HCCL_SUCCESS;
+        return hccl_profile_check(call->profile, call->api, call->type, dtype, op);
     return hccl_error(HCCL_E_PARA, "%s: op %d is not an HcclReduceOp (sum=0, prod=1, max=2, min=3)", call->api,
                       (int)op);
 }
@@ -200,11 +212,11 @@ static int reduction(HcclComm comm, aclrtStream stream, uint32_t type, const cha
                      uint32_t root, bool in_place)
 {
     call_t call;
-    int err = begin(&call, api, comm, stream);
+    int err = begin(&call, api, type, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dtype);
     if (err == HCCL_SUCCESS)
-        err = check_op(&call, op);
+        err = check_op(&call, op, dtype);
     if (err == HCCL_SUCCESS)
         err = check_count(&call, "count", count);
     if (err == HCCL_SUCCESS && type == HCCL_CMD_REDUCE)
@@ -280,7 +292,7 @@ HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataTy
                                   aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclBroadcast", comm, stream);
+    int err = begin(&call, "HcclBroadcast", HCCL_CMD_BROADCAST, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
     if (err == HCCL_SUCCESS)
@@ -307,7 +319,7 @@ HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCou
                                   HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclAllGather", comm, stream);
+    int err = begin(&call, "HcclAllGather", HCCL_CMD_ALLGATHER, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
     if (err == HCCL_SUCCESS)
@@ -345,7 +357,7 @@ HCCL_API HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount
                                 uint32_t root, HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclScatter", comm, stream);
+    int err = begin(&call, "HcclScatter", HCCL_CMD_SCATTER, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
     if (err == HCCL_SUCCESS)
@@ -388,7 +400,7 @@ HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDa
                                  uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclAlltoAll", comm, stream);
+    int err = begin(&call, "HcclAlltoAll", HCCL_CMD_ALLTOALL, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "sendType", sendType);
     if (err == HCCL_SUCCESS)
@@ -462,7 +474,7 @@ HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, c
                                   const void *rdispls, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclAlltoAllV", comm, stream);
+    int err = begin(&call, "HcclAlltoAllV", HCCL_CMD_ALLTOALLV, comm, stream);
     if (err == HCCL_SUCCESS && (sendCounts == NULL || sdispls == NULL || recvCounts == NULL || rdispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclAlltoAllV: sendCounts, sdispls, recvCounts and rdispls must not be NULL");
     if (err == HCCL_SUCCESS)
@@ -512,7 +524,7 @@ HCCL_API HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMat
                                    const void *recvBuf, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclAlltoAllVC", comm, stream);
+    int err = begin(&call, "HcclAlltoAllVC", HCCL_CMD_ALLTOALLVC, comm, stream);
     if (err == HCCL_SUCCESS && sendCountMatrix == NULL)
         err = hccl_error(HCCL_E_PTR, "HcclAlltoAllVC: sendCountMatrix is NULL");
     if (err == HCCL_SUCCESS)
@@ -568,7 +580,7 @@ HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recv
                                    const void *recvDispls, HcclDataType dataType, HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclAllGatherV", comm, stream);
+    int err = begin(&call, "HcclAllGatherV", HCCL_CMD_ALLGATHER_V, comm, stream);
     if (err == HCCL_SUCCESS && (recvCounts == NULL || recvDispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclAllGatherV: recvCounts and recvDispls must not be NULL");
     if (err == HCCL_SUCCESS)
@@ -615,13 +627,13 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
                                        aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclReduceScatterV", comm, stream);
+    int err = begin(&call, "HcclReduceScatterV", HCCL_CMD_REDUCE_SCATTER_V, comm, stream);
     if (err == HCCL_SUCCESS && (sendCounts == NULL || sendDispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclReduceScatterV: sendCounts and sendDispls must not be NULL");
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
     if (err == HCCL_SUCCESS)
-        err = check_op(&call, op);
+        err = check_op(&call, op, dataType);
     if (err == HCCL_SUCCESS)
         err = check_count(&call, "recvCount", recvCount);
     if (err != HCCL_SUCCESS)
@@ -667,7 +679,7 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
 HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclBarrier", comm, stream);
+    int err = begin(&call, "HcclBarrier", HCCL_CMD_BARRIER, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
     op_task_t *task;
@@ -701,10 +713,10 @@ static int check_item(const call_t *call, const HcclSendRecvItem *item, uint32_t
     return err;
 }
 
-static int point_to_point(const call_t *call, uint32_t type, const HcclSendRecvItem *items, uint32_t count)
+static int point_to_point(const call_t *call, const HcclSendRecvItem *items, uint32_t count)
 {
     op_task_t *task;
-    int err = new_op(call, type, &task);
+    int err = new_op(call, call->type, &task);
     if (err != HCCL_SUCCESS)
         return err;
     task->items = malloc((count ? count : 1) * sizeof *task->items);
@@ -724,13 +736,13 @@ static int single(HcclComm comm, aclrtStream stream, const char *api, HcclSendRe
                   uint64_t count, HcclDataType dataType, uint32_t peer)
 {
     call_t call;
-    int err = begin(&call, api, comm, stream);
+    int err = begin(&call, api, kind == HCCL_SEND ? HCCL_CMD_SEND : HCCL_CMD_RECEIVE, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
     HcclSendRecvItem item = {kind, buf, count, dataType, peer};
     if ((err = check_item(&call, &item, UINT32_MAX)) != HCCL_SUCCESS)
         return err;
-    return point_to_point(&call, kind == HCCL_SEND ? HCCL_CMD_SEND : HCCL_CMD_RECEIVE, &item, 1);
+    return point_to_point(&call, &item, 1);
 }
 
 HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
@@ -749,7 +761,7 @@ HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t i
                                       aclrtStream stream)
 {
     call_t call;
-    int err = begin(&call, "HcclBatchSendRecv", comm, stream);
+    int err = begin(&call, "HcclBatchSendRecv", HCCL_CMD_BATCH_SEND_RECV, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
     if (hccl_group_active())
@@ -762,5 +774,5 @@ HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t i
     for (uint32_t i = 0; i < itemNum; i++)
         if ((err = check_item(&call, &sendRecvInfo[i], i)) != HCCL_SUCCESS)
             return err;
-    return point_to_point(&call, HCCL_CMD_BATCH_SEND_RECV, sendRecvInfo, itemNum);
+    return point_to_point(&call, sendRecvInfo, itemNum);
 }
