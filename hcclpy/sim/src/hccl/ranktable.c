@@ -425,7 +425,15 @@ static int lead(const struct sockaddr_un *addr, socklen_t len, uint32_t nranks, 
     int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0)
         return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
-    if (bind(listener, (const struct sockaddr *)addr, len) != 0 || listen(listener, 128) != 0) {
+    /* The server of the previous communicator made from this table closes its
+     * socket once its last client is served, a moment after that client
+     * returned: a name still in use is retried briefly before it is an error. */
+    int64_t retry_until = SIM_MIN(deadline, sim_now_ns() + 2 * SIM_NS_PER_S);
+    int bound;
+    while ((bound = bind(listener, (const struct sockaddr *)addr, len)) != 0 && errno == EADDRINUSE &&
+           sim_now_ns() < retry_until)
+        usleep(2000);
+    if (bound != 0 || listen(listener, 128) != 0) {
         int saved = errno;
         close(listener);
         if (saved == EADDRINUSE)
