@@ -220,6 +220,46 @@ def _no_out(out: Any) -> None:
         raise TypeError("out= is for NumPy arrays; with device buffers the output is recv")
 
 
+# An uneven layout (counts and displacements) a V-operation has checked is remembered under the
+# form the caller passed it in, so the next call with the same layout skips the checks and the
+# conversions: (counts, C counts, C displacements, elements it addresses).
+
+def _known_layout(layouts: Dict[Any, Any], counts: Any, displs: Any) -> Any:
+    """The remembered layout of ``(counts, displs)`` as the caller passed them (tuples or lists),
+    or None when it was not checked before."""
+    if type(counts) is not tuple:
+        if type(counts) is not list:
+            return None
+        counts = tuple(counts)
+    if displs is None:
+        layout = layouts.get((counts, None))
+        total = sum(counts)
+    else:
+        if type(displs) is not tuple:
+            if type(displs) is not list:
+                return None
+            displs = tuple(displs)
+        layout = layouts.get((counts, displs))
+        total = sum(counts) + sum(displs)
+    # Equal keys can hold floats (2.0 == 2), which the checks refuse: a sum of ints is an int.
+    return layout if layout is not None and type(total) is int else None
+
+
+def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...], displs: Tuple[int, ...]) -> None:
+    """Remember a checked layout (``given_displs``: whether the caller passed displacements)."""
+    if len(comm._layouts) >= 256:
+        comm._layouts.clear()
+    extent = max((c + d for c, d in zip(counts, displs) if c), default=0)
+    comm._layouts[(counts, None if given_displs is None else displs)] = (
+        counts, _c_vector(comm, counts), _c_vector(comm, displs), extent)
+
+
+def _apart(a: DeviceArray, b: DeviceArray) -> bool:
+    """Whether two arrays do not overlap (both live)."""
+    return (a._alloc is not b._alloc or a._offset + a._size * a._itemsize <= b._offset
+            or b._offset + b._size * b._itemsize <= a._offset)
+
+
 # ------------------------------------------------------------------------------ reductions
 
 def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, stream: Optional[Stream] = None,
@@ -386,6 +426,20 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     ``send[send_displs[r] : send_displs[r] + send_counts[r]]`` (``recv`` holds ``send_counts[r]``
     elements). ``send_displs=None`` packs the blocks back to back. NumPy form:
     ``reduce_scatter_v(array, send_counts)`` returns the flattened block."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray:
+        st = _fast(comm, stream)
+        layout = _known_layout(comm._layouts, send_counts, send_displs) if st is not None else None
+        code = _OP_CODES.get(op) if type(op) is not bool else None
+        if layout is not None and code is not None:
+            counts, c_counts, c_displs, extent = layout
+            mine, device = counts[comm._rank], comm._device_id
+            if (send._alloc.live_device == device and recv._alloc.live_device == device
+                    and send._dtype is recv._dtype and send._size >= extent and recv._size >= mine
+                    and _apart(send, recv)):
+                _done(comm._api.HcclReduceScatterV(send._cptr, c_counts, c_displs, recv._cptr, mine, send._dtype_c,
+                                                   code, comm._handle, st._ptr_cdata),
+                      "HcclReduceScatterV", st, (send, recv))
+                return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "reduce_scatter_v", send.dtype, op)
         counts, target = (recv, None) if send_counts is None else (send_counts, recv)
@@ -409,6 +463,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     _disjoint(sb, rb, "reduce_scatter_v")
     if comm._profile is not None:
         comm._profile.check("reduce_scatter_v", sb.dtype, op)
+    _remember_layout(comm, send_displs, counts, displs)
     _done(comm._api.HcclReduceScatterV(sb.ptr, _c_vector(comm, counts), _c_vector(comm, displs), rb.ptr, mine,
                                        sb.dtype_c, _op(op), handle, st._ptr_cdata),
           "HcclReduceScatterV", st, (send, recv))
@@ -483,6 +538,19 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
     """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
     (``recv_counts[r]`` elements, which must equal that rank's ``send`` count). NumPy form:
     ``all_gather_v(array, recv_counts)`` returns the flattened result."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray:
+        st = _fast(comm, stream)
+        layout = _known_layout(comm._layouts, recv_counts, recv_displs) if st is not None else None
+        if layout is not None:
+            counts, c_counts, c_displs, extent = layout
+            device = comm._device_id
+            if (send._alloc.live_device == device and recv._alloc.live_device == device
+                    and send._dtype is recv._dtype and counts[comm._rank] == send._size and recv._size >= extent
+                    and _apart(send, recv)):
+                _done(comm._api.HcclAllGatherV(send._cptr, send._size, recv._cptr, c_counts, c_displs,
+                                               send._dtype_c, comm._handle, st._ptr_cdata),
+                      "HcclAllGatherV", st, (send, recv))
+                return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_gather_v", send.dtype)
         counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
@@ -504,6 +572,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
     _disjoint(sb, rb, "all_gather_v")
     if comm._profile is not None:
         comm._profile.check("all_gather_v", sb.dtype)
+    _remember_layout(comm, recv_displs, counts, displs)
     _done(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _c_vector(comm, counts), _c_vector(comm, displs),
                                    sb.dtype_c, handle, st._ptr_cdata), "HcclAllGatherV", st, (send, recv))
     return recv
@@ -600,6 +669,19 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``.
     Displacements default to packed blocks. ``send`` and ``recv`` must not overlap. NumPy form:
     ``all_to_all_v(array, send_counts, recv_counts)``."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray:
+        st = _fast(comm, stream)
+        sent = _known_layout(comm._layouts, send_counts, send_displs) if st is not None else None
+        received = _known_layout(comm._layouts, recv_counts, recv_displs) if sent is not None else None
+        if received is not None:
+            device = comm._device_id
+            if (send._alloc.live_device == device and recv._alloc.live_device == device
+                    and send._dtype is recv._dtype and send._size >= sent[3] and recv._size >= received[3]
+                    and _apart(send, recv)):
+                _done(comm._api.HcclAlltoAllV(send._cptr, sent[1], sent[2], send._dtype_c, recv._cptr, received[1],
+                                              received[2], recv._dtype_c, comm._handle, st._ptr_cdata),
+                      "HcclAlltoAllV", st, (send, recv))
+                return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_to_all_v", send.dtype)
         if recv_counts is None:  # (array, send_counts, recv_counts)
@@ -622,6 +704,8 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _disjoint(sb, rb, "all_to_all_v")
     if comm._profile is not None:
         comm._profile.check("all_to_all_v", sb.dtype)
+    _remember_layout(comm, send_displs, scounts, sdispls)
+    _remember_layout(comm, recv_displs, rcounts, rdispls)
     _done(comm._api.HcclAlltoAllV(sb.ptr, _c_vector(comm, scounts), _c_vector(comm, sdispls), sb.dtype_c, rb.ptr,
                                   _c_vector(comm, rcounts), _c_vector(comm, rdispls), rb.dtype_c, handle,
                                   st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
@@ -633,6 +717,20 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
     go from rank ``i`` to rank ``j``, packed in rank order on both sides. NumPy form:
     ``all_to_all_vc(array, matrix)``."""
+    if type(send) is DeviceArray and type(recv) is DeviceArray and type(send_count_matrix) in (list, tuple):
+        st = _fast(comm, stream)
+        key = ("matrix", tuple(row if type(row) is tuple else tuple(row) for row in send_count_matrix)) \
+            if st is not None else None
+        layout = comm._layouts.get(key)
+        if layout is not None and type(sum(map(sum, key[1]))) is int:  # ints only, as for _known_layout
+            c_flat, sent, received = layout
+            device = comm._device_id
+            if (send._alloc.live_device == device and recv._alloc.live_device == device
+                    and send._dtype is recv._dtype and send._size >= sent and recv._size >= received
+                    and _apart(send, recv)):
+                _done(comm._api.HcclAlltoAllVC(send._cptr, c_flat, send._dtype_c, recv._cptr, recv._dtype_c,
+                                               comm._handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
+                return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_to_all_vc", send.dtype)
         matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
@@ -663,6 +761,9 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     if comm._profile is not None:
         comm._profile.check("all_to_all_vc", sb.dtype)
     flat = tuple(count for row in rows for count in row)
+    if len(comm._layouts) >= 256:
+        comm._layouts.clear()
+    comm._layouts[("matrix", tuple(rows))] = (_c_vector(comm, flat), sent, received)
     _done(comm._api.HcclAlltoAllVC(sb.ptr, _c_vector(comm, flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle,
                                    st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
     return recv

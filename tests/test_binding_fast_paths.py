@@ -1,0 +1,77 @@
+"""The uneven operations remember a checked layout and skip the checks next time; what the checks
+would refuse still takes the checked path and is refused."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List
+
+import numpy as np
+import pytest
+
+import hcclpy
+from hcclpy.collectives import _ops
+
+N = 8
+
+
+@pytest.fixture()
+def comm() -> Iterator[hcclpy.Communicator]:
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as c:
+        yield c
+
+
+@pytest.fixture()
+def remembered(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """Every layout the checked path remembers."""
+    calls: List[Any] = []
+    real = _ops._remember_layout
+
+    def spy(comm: Any, given: Any, counts: Any, displs: Any) -> None:
+        calls.append((counts, given))
+        real(comm, given, counts, displs)
+    monkeypatch.setattr(_ops, "_remember_layout", spy)
+    return calls
+
+
+def _arrays(comm: hcclpy.Communicator, dtype: str = "float32") -> tuple:
+    send = hcclpy.from_numpy(np.arange(N, dtype=dtype), device=comm.device)
+    return send, hcclpy.zeros(N, dtype, device=comm.device)
+
+
+CALLS = {
+    "all_gather_v": lambda c, s, r, counts: c.all_gather_v(s, r, counts, [0]),
+    "reduce_scatter_v": lambda c, s, r, counts: c.reduce_scatter_v(s, r, counts, [0], "sum"),
+    "all_to_all_v": lambda c, s, r, counts: c.all_to_all_v(s, r, counts, counts, [0], [0]),
+    "all_to_all_vc": lambda c, s, r, counts: c.all_to_all_vc(s, r, [counts]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_second_call_takes_the_fast_path_and_is_right(comm: hcclpy.Communicator, remembered: List[Any],
+                                                      name: str) -> None:
+    call: Callable[..., Any] = CALLS[name]
+    send, recv = _arrays(comm)
+    call(comm, send, recv, [N])
+    checked = len(remembered)
+    recv.fill_zero()
+    call(comm, send, recv, (N,))  # a tuple equal to the list: the same layout
+    comm.device.default_stream.synchronize()
+    assert len(remembered) == checked  # nothing re-checked
+    assert recv.to_numpy().tolist() == list(range(N))
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_what_the_checks_refuse_is_refused_after_a_layout_is_known(comm: hcclpy.Communicator, name: str) -> None:
+    call: Callable[..., Any] = CALLS[name]
+    send, recv = _arrays(comm)
+    call(comm, send, recv, [N])
+    with pytest.raises(ValueError, match="non-negative ints|must be a"):
+        call(comm, send, recv, [float(N)])  # equal to the known layout, but not ints
+    small = hcclpy.zeros(N // 2, "float32", device=comm.device)
+    with pytest.raises(ValueError, match="holds|must equal"):
+        call(comm, send, small, [N])
+    with pytest.raises(TypeError, match="int32"):
+        call(comm, send, hcclpy.zeros(N, "int32", device=comm.device), [N])
+    with pytest.raises(ValueError, match="overlap"):
+        call(comm, send, send, [N])
+    comm.device.default_stream.synchronize()
