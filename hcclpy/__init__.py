@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, List
 
 from . import errors
@@ -33,6 +34,10 @@ from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, fr
 from .types import DataType, ReduceOp
 
 __version__ = "0.1.0"
+
+# The "hcclpy" logger tells what was loaded, which communicators came and went, and what failed.
+# A library prints nothing unless the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 import weakref
@@ -20,6 +21,7 @@ __all__ = ["Communicator"]
 
 ConfigLike = Union[CommConfig, Mapping[str, Any], None]
 _NON_MEMBER = 0xFFFFFFFF
+log = logging.getLogger("hcclpy")
 _NAME_BYTES = 128
 
 
@@ -146,6 +148,8 @@ class Communicator(CommCore):
         self._config = config
         self._finalizer = weakref.finalize(self, _warn_not_destroyed, name)
         self._finalizer.atexit = False
+        log.info("communicator '%s' created: rank %d of %d on %r%s", name, rank, size, device,
+                 " (sub-communicator)" if is_sub else "")
 
     # ----------------------------------------------------------------- other constructors
 
@@ -317,6 +321,7 @@ class Communicator(CommCore):
         if not bound.present["HcclCommSuspend"]:
             raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")
         _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
+        log.warning("communicator '%s' aborted on rank %d", self._name, self._rank)
 
     def destroy(self) -> None:
         """Destroy the communicator (call it on every rank). Idempotent.
@@ -340,6 +345,7 @@ class Communicator(CommCore):
             except Exception:  # noqa: BLE001 - a failed stream must not prevent teardown
                 pass
         _ffi.check_hccl(self._api.HcclCommDestroy(handle), "HcclCommDestroy", context=f"destroying '{self._name}'")
+        log.info("communicator '%s' destroyed on rank %d", self._name, self._rank)
         self._handle = None
         self._closed_by = "destroyed"
         self._finalizer.detach()

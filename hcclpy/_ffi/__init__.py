@@ -9,6 +9,7 @@ namespace and turns return codes into exceptions with :func:`check_acl` / :func:
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Tuple
@@ -19,6 +20,8 @@ from .. import profiles
 from ..errors import AclErrorCode, UnsupportedError, acl_error, hccl_error, LibraryNotFoundError
 from . import cdef_acl, cdef_hccl, cdef_hccl_types
 from ._loader import LoadedLibrary, SimulatorFallbackWarning, open_libraries, simulator_build_info
+
+log = logging.getLogger("hcclpy")
 
 __all__ = [
     "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
@@ -105,6 +108,10 @@ def _load() -> Api:
         elif rc != AclErrorCode.ACL_ERROR_REPEAT_INITIALIZE:
             raise acl_failure(rc, "aclInit", bound)
         _api = bound
+        for library in opened.loaded:
+            log.info("loaded %s from %s (found via %s)", library.name, library.path, library.found_via)
+        if profile is not None:
+            log.info("simulator product profile: %s", profile.name)
         return bound
 
 
@@ -181,7 +188,9 @@ def _recent_message(bound: Api) -> Optional[str]:
 
 def acl_failure(rc: int, name: str, bound: Optional[Api] = None, context: str = "") -> Exception:
     """The exception for an AscendCL call ``name`` that returned ``rc`` (read on the failing thread)."""
-    return acl_error(rc, name, recent=_recent_message(bound or api()), context=context)
+    error = acl_error(rc, name, recent=_recent_message(bound or api()), context=context)
+    log.debug("%s", error)
+    return error
 
 
 def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
@@ -191,7 +200,9 @@ def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
     if bound.present.get("HcclGetErrorString"):
         text = bound.HcclGetErrorString(rc)
         library_text = ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else None
-    return hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context)
+    error = hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context)
+    log.debug("%s", error)
+    return error
 
 
 def check_acl(rc: int, name: str, context: str = "") -> None:

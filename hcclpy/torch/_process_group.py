@@ -9,6 +9,7 @@ stream. Sends and receives go through per-direction channels (:mod:`._p2p`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import zlib
 from datetime import timedelta
@@ -28,6 +29,8 @@ from ._dtypes import Reduction, movement, reduction
 from ._p2p import Channel, p2p_config
 from ._transport import DeviceTransport, HostTransport, npu_stream
 from ._work import EventWork, Executor, Work
+
+log = logging.getLogger("hcclpy.torch")
 
 _ROOT_INFO_KEY = "hcclpy/root_info"
 _DRAIN_ON_SHUTDOWN = 60.0  # seconds that shutdown waits for queued operations
@@ -120,7 +123,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         if may_split and global_ranks and parent is not None and not parent._closed:
             parent._executor.drain(self._timeout)  # no operation of the parent runs while it is split
             try:
-                return parent._comm.split(global_ranks, config=self._config, sub_id=_sub_id(self._label))
+                comm = parent._comm.split(global_ranks, config=self._config, sub_id=_sub_id(self._label))
+                log.info("process group %r: ranks %s split from the default group's communicator", self._label,
+                         global_ranks)
+                return comm
             except NotImplementedError:  # this CANN cannot split by the members alone
                 pass
         if self.rank() == 0:
@@ -128,6 +134,8 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             self._store.set(_ROOT_INFO_KEY, info.to_bytes())
         else:
             info = RootInfo(self._store.get(_ROOT_INFO_KEY))
+        log.info("process group %r: rank %d of %d, root info through the store", self._label, self.rank(),
+                 self.size())
         return Communicator(self.size(), info, self.rank(), config=self._config, device=self._device)
 
     # ------------------------------------------------------------------ identity and life cycle
