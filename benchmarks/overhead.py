@@ -202,7 +202,19 @@ def build_variants(hcclpy: Any, api: Any, ffi: Any, comm: Any, stream: Any, a: A
                 comm.all_reduce(a, op=op_sum, stream=s)
             return clock() - t0
 
+        def hcclpy_untraced(k: int) -> int:
+            hcclpy.trace.set_enabled(False)
+            try:
+                t0 = clock()
+                for _ in repeat(None, k):
+                    comm.all_reduce(a, b, op_sum, stream=s)
+                return clock() - t0
+            finally:
+                hcclpy.trace.set_enabled(True)
+
         variants += [
+            Variant("hcclpy_untraced", "hcclpy, flight recorder off", "all_reduce", hcclpy_untraced, s,
+                    raw="raw_cffi", call="comm.all_reduce(a, b, ReduceOp.SUM, stream=s) with HCCLPY_TRACE=0"),
             Variant("hcclpy_op_string", 'hcclpy, op="sum" (str)', "all_reduce", hcclpy_op_string, s, raw="raw_cffi",
                     call='comm.all_reduce(a, b, "sum", stream=s)'),
             Variant("hcclpy_default_stream", "hcclpy, stream omitted", "all_reduce", hcclpy_default_stream,

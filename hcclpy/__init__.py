@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
-from . import errors
+from . import errors, trace
 from .bootstrap import init, shutdown
 from .collectives import group
 from .communicator import Communicator
@@ -43,7 +43,7 @@ __all__ = [
     "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",
     "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo", "Stream",
     "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
-    "library_info", "pinned_empty", "shutdown", "zeros",
+    "library_info", "pinned_empty", "shutdown", "trace", "zeros",
 ]
 
 

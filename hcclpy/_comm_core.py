@@ -6,6 +6,7 @@ do not depend on how a communicator was created.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Dict
 
 from . import _ffi
@@ -18,7 +19,7 @@ class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
-                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts")
+                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts", "_trace_info", "_trace_seq")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
@@ -34,6 +35,9 @@ class CommCore:
         self._default_stream: Any = None  # the device's default stream, looked up on first use
         self._vector_cache: Dict[Any, Any] = {}  # count vectors already checked and converted to C
         self._packed_cache: Dict[Any, Any] = {}  # packed displacements of those counts
+        # What the flight recorder stores of this communicator, and how it numbers its operations.
+        self._trace_info = (name, rank, size)
+        self._trace_seq = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
 
     @property

@@ -6,16 +6,17 @@ import logging
 import os
 import warnings
 import weakref
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _ffi, collectives, host
+from . import _ffi, collectives, host, trace
 from ._comm_core import CommCore
 from .config import CommConfig
 from .errors import HcclError, HcclResult, UnsupportedError
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
+from .types import DataType
 
 __all__ = ["Communicator"]
 
@@ -298,6 +299,42 @@ class Communicator(CommCore):
         if code[0] == 0:
             return None
         return _ffi.hccl_failure(int(code[0]), "HcclGetCommAsyncError", context=f"communicator '{self._name}'")
+
+    def health(self) -> Dict[str, Any]:
+        """What the flight recorder (:mod:`hcclpy.trace`) knows of this rank's operations on the
+        communicator, over the operations the recorder still holds.
+
+        Returns
+        -------
+        dict
+            ``pending`` (operations queued and not yet seen complete), ``last_completed`` and
+            ``first_pending`` (sequence numbers, or None), ``issued`` (the last sequence number),
+            ``last_error`` (:meth:`async_error`) and ``operations``: per operation type, ``count``,
+            ``bytes`` (each rank's buffer) and ``average_latency_us`` (from queueing to when hcclpy
+            saw it complete: an upper bound; None when none completed).
+
+        Examples
+        --------
+        >>> comm.health()["pending"]
+        0
+        """
+        items = trace.records(self)
+        done = [r["seq"] for r in items if r["state"] == "completed"]
+        waiting = [r["seq"] for r in items if r["state"] != "completed"]
+        operations: Dict[str, Dict[str, Any]] = {}
+        for item in items:
+            stats = operations.setdefault(item["op"], {"count": 0, "bytes": 0, "_latency": 0, "_timed": 0})
+            stats["count"] += 1
+            stats["bytes"] += item["count"] * (DataType[item["dtype"].upper()].itemsize if item["dtype"] else 0)
+            if item["completed_by_ns"] is not None:
+                stats["_latency"] += item["completed_by_ns"] - item["queued_ns"]
+                stats["_timed"] += 1
+        for stats in operations.values():
+            timed, latency = stats.pop("_timed"), stats.pop("_latency")
+            stats["average_latency_us"] = latency / timed / 1e3 if timed else None
+        return {"pending": len(waiting), "last_completed": max(done, default=None),
+                "first_pending": min(waiting, default=None), "issued": max((r["seq"] for r in items), default=0),
+                "last_error": self.async_error(), "operations": operations}
 
     def abort(self) -> None:
         """Stop the communicator on this rank, from any thread (``HcclCommSuspend``).

@@ -22,6 +22,22 @@ from . import cdef_acl, cdef_hccl, cdef_hccl_types
 from ._loader import LoadedLibrary, SimulatorFallbackWarning, open_libraries, simulator_build_info
 
 log = logging.getLogger("hcclpy")
+_failure_hooks: list = []
+
+
+def on_failure(hook: Any) -> None:
+    """Call ``hook(exception)`` for every failed C call hcclpy reports (the flight recorder dumps)."""
+    _failure_hooks.append(hook)
+
+
+def _reported(error: Exception) -> Exception:
+    log.debug("%s", error)
+    for hook in _failure_hooks:
+        try:
+            hook(error)
+        except Exception:  # noqa: BLE001 - a hook must not replace the failure it is told about
+            log.exception("failure hook %r failed", hook)
+    return error
 
 __all__ = [
     "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
@@ -188,9 +204,7 @@ def _recent_message(bound: Api) -> Optional[str]:
 
 def acl_failure(rc: int, name: str, bound: Optional[Api] = None, context: str = "") -> Exception:
     """The exception for an AscendCL call ``name`` that returned ``rc`` (read on the failing thread)."""
-    error = acl_error(rc, name, recent=_recent_message(bound or api()), context=context)
-    log.debug("%s", error)
-    return error
+    return _reported(acl_error(rc, name, recent=_recent_message(bound or api()), context=context))
 
 
 def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
@@ -200,9 +214,7 @@ def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
     if bound.present.get("HcclGetErrorString"):
         text = bound.HcclGetErrorString(rc)
         library_text = ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else None
-    error = hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context)
-    log.debug("%s", error)
-    return error
+    return _reported(hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context))
 
 
 def check_acl(rc: int, name: str, context: str = "") -> None:

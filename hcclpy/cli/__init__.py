@@ -10,6 +10,8 @@ Subcommands, one module each:
     Build the CPU simulator, print its tree or the shell variables that point at it (:mod:`.sim`).
 ``hcclpy bench OPERATION``
     Measure one operation over a range of sizes, nccl-tests style (:mod:`.bench`).
+``hcclpy trace merge DIR``
+    Merge the ranks' flight-recorder dumps and say which rank is behind (:mod:`.trace`).
 
 A subcommand module provides ``add_parser(subparsers)``, which registers its parser and sets the
 ``handler`` default to a function that takes the parsed arguments and returns the exit status.
@@ -23,11 +25,11 @@ import sys
 from typing import Optional, Sequence
 
 from .. import __version__
-from . import bench, info, run, sim
+from . import bench, info, run, sim, trace
 
 __all__ = ["main"]
 
-_COMMANDS = (info, run, sim, bench)
+_COMMANDS = (info, run, sim, bench, trace)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from .. import _ffi
+from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import DeviceArray, Stream
 from ..types import ReduceOp, as_reduce_op
@@ -40,6 +40,18 @@ __all__ = [
 ]
 
 _SUM = ReduceOp.SUM
+
+# The flight recorder (hcclpy._trace), as module globals: the hot path reads them fastest so.
+_ring, _ring_mask, _marks, _now = _trace.ring, _trace.mask, _trace.counter, _trace.now
+_recording = _trace.enabled
+
+
+def _set_recording(on: bool) -> None:
+    global _recording
+    _recording = on
+
+
+_trace.on_toggle(_set_recording)
 _host: Any = None  # hcclpy.host, once imported
 _HOLD_CHECK = 1024  # held buffers between checks whether a stream has drained
 
@@ -104,10 +116,16 @@ def _supported(comm: Any, operation: str, dtype: Any, op: Any = None) -> None:
         profile.check(operation, dtype, op)
 
 
-def _done(rc: int, name: str, stream: Stream, keep: Any) -> None:
-    """Raise for a failed call; otherwise keep its buffers alive until ``stream`` is done with them."""
+def _done(rc: int, name: str, stream: Stream, keep: Any, comm: CommCore, count: int, dtype: int,
+          detail: int) -> None:
+    """Raise for a failed call; otherwise record it in the flight recorder (``detail``: reduce op,
+    root or peer; -1: none) and keep its buffers alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
+    if _recording:
+        at = next(_marks)
+        _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), name, count, dtype, detail,
+                                  stream._progress, stream._handle, _now())
     held = stream._held
     held.append(keep)
     if not len(held) % _HOLD_CHECK:
@@ -303,7 +321,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
                 _done(comm._api.HcclAllReduce(send._cptr, target._cptr, send._size, send._dtype_c, code, comm._handle,
-                                              st._ptr_cdata), "HcclAllReduce", st, (send, recv))
+                                              st._ptr_cdata), "HcclAllReduce", st, (send, recv),
+                      comm, send._size, send._dtype_c, code)
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_reduce", send.dtype, op)
@@ -325,8 +344,9 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
     _aligned(rb, "recv")
     if comm._profile is not None:
         comm._profile.check("all_reduce", sb.dtype, op)
-    _done(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, _op(op), handle, st._ptr_cdata),
-          "HcclAllReduce", st, (send, recv))
+    code = _op(op)
+    _done(comm._api.HcclAllReduce(sb.ptr, rb.ptr, sb.count, sb.dtype_c, code, handle, st._ptr_cdata),
+          "HcclAllReduce", st, (send, recv), comm, sb.count, sb.dtype_c, code)
     return send if recv is None else recv
 
 
@@ -349,7 +369,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                     and (sa is not ta or send._offset == target._offset)):
                 _done(comm._api.HcclReduce(send._cptr, target._cptr if is_root else _ffi.NULL, send._size,
                                            send._dtype_c, code, root, comm._handle, st._ptr_cdata),
-                      "HcclReduce", st, (send, recv))
+                      "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, root)
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "reduce", send.dtype, op)
@@ -376,7 +396,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         comm._profile.check("reduce", sb.dtype, op)
     recv_ptr = rb.ptr if is_root else _ffi.NULL
     _done(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
-          "HcclReduce", st, (send, recv))
+          "HcclReduce", st, (send, recv), comm, sb.count, sb.dtype_c, root)
     return (send if recv is None else recv) if is_root else None
 
 
@@ -392,7 +412,8 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
             if (code is not None and sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size == n * comm._size and sa is not ra):
                 _done(comm._api.HcclReduceScatter(send._cptr, recv._cptr, n, send._dtype_c, code, comm._handle,
-                                                  st._ptr_cdata), "HcclReduceScatter", st, (send, recv))
+                                                  st._ptr_cdata), "HcclReduceScatter", st, (send, recv),
+                      comm, n, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "reduce_scatter", send.dtype, op)
@@ -414,8 +435,9 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
     if comm._profile is not None:
         comm._profile.check("reduce_scatter", sb.dtype, op)
-    _done(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, _op(op), handle, st._ptr_cdata),
-          "HcclReduceScatter", st, (send, recv))
+    code = _op(op)
+    _done(comm._api.HcclReduceScatter(sb.ptr, rb.ptr, rb.count, rb.dtype_c, code, handle, st._ptr_cdata),
+          "HcclReduceScatter", st, (send, recv), comm, rb.count, rb.dtype_c, code)
     return recv
 
 
@@ -438,7 +460,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
                     and _apart(send, recv)):
                 _done(comm._api.HcclReduceScatterV(send._cptr, c_counts, c_displs, recv._cptr, mine, send._dtype_c,
                                                    code, comm._handle, st._ptr_cdata),
-                      "HcclReduceScatterV", st, (send, recv))
+                      "HcclReduceScatterV", st, (send, recv), comm, mine, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "reduce_scatter_v", send.dtype, op)
@@ -464,9 +486,10 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     if comm._profile is not None:
         comm._profile.check("reduce_scatter_v", sb.dtype, op)
     _remember_layout(comm, send_displs, counts, displs)
+    code = _op(op)
     _done(comm._api.HcclReduceScatterV(sb.ptr, _c_vector(comm, counts), _c_vector(comm, displs), rb.ptr, mine,
-                                       sb.dtype_c, _op(op), handle, st._ptr_cdata),
-          "HcclReduceScatterV", st, (send, recv))
+                                       sb.dtype_c, code, handle, st._ptr_cdata),
+          "HcclReduceScatterV", st, (send, recv), comm, mine, sb.dtype_c, code)
     return recv
 
 
@@ -478,7 +501,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
         st = _fast(comm, stream)
         if st is not None and 0 <= root < comm._size and buf._alloc.live_device == comm._device_id:
             _done(comm._api.HcclBroadcast(buf._cptr, buf._size, buf._dtype_c, root, comm._handle, st._ptr_cdata),
-                  "HcclBroadcast", st, buf)
+                  "HcclBroadcast", st, buf, comm, buf._size, buf._dtype_c, root)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
         _supported(comm, "broadcast", buf.dtype)
@@ -491,7 +514,8 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     _on_device(comm, b, "buf")
     if comm._profile is not None:
         comm._profile.check("broadcast", b.dtype)
-    _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf)
+    _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf,
+          comm, b.count, b.dtype_c, root)
     return buf
 
 
@@ -508,7 +532,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
             if (sa.live_device == device and ra.live_device == device and send._dtype is recv._dtype
                     and recv._size == n * comm._size and sa is not ra):
                 _done(comm._api.HcclAllGather(send._cptr, recv._cptr, n, send._dtype_c, comm._handle, st._ptr_cdata),
-                      "HcclAllGather", st, (send, recv))
+                      "HcclAllGather", st, (send, recv), comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_gather", send.dtype)
@@ -529,7 +553,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     if comm._profile is not None:
         comm._profile.check("all_gather", sb.dtype)
     _done(comm._api.HcclAllGather(sb.ptr, rb.ptr, sb.count, sb.dtype_c, handle, st._ptr_cdata), "HcclAllGather",
-          st, (send, recv))
+          st, (send, recv), comm, sb.count, sb.dtype_c, -1)
     return recv
 
 
@@ -549,7 +573,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
                     and _apart(send, recv)):
                 _done(comm._api.HcclAllGatherV(send._cptr, send._size, recv._cptr, c_counts, c_displs,
                                                send._dtype_c, comm._handle, st._ptr_cdata),
-                      "HcclAllGatherV", st, (send, recv))
+                      "HcclAllGatherV", st, (send, recv), comm, send._size, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_gather_v", send.dtype)
@@ -574,7 +598,8 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
         comm._profile.check("all_gather_v", sb.dtype)
     _remember_layout(comm, recv_displs, counts, displs)
     _done(comm._api.HcclAllGatherV(sb.ptr, sb.count, rb.ptr, _c_vector(comm, counts), _c_vector(comm, displs),
-                                   sb.dtype_c, handle, st._ptr_cdata), "HcclAllGatherV", st, (send, recv))
+                                   sb.dtype_c, handle, st._ptr_cdata), "HcclAllGatherV", st, (send, recv),
+          comm, sb.count, sb.dtype_c, -1)
     return recv
 
 
@@ -588,12 +613,14 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
             device, is_root = comm._device_id, root == comm._rank
             if not is_root:
                 _done(comm._api.HcclScatter(_ffi.NULL, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
-                                            st._ptr_cdata), "HcclScatter", st, recv)
+                                            st._ptr_cdata), "HcclScatter", st, recv, comm, recv._size, recv._dtype_c,
+                      root)
                 return recv
             if (type(send) is DeviceArray and send._alloc.live_device == device and send._alloc is not recv._alloc
                     and send._dtype is recv._dtype and send._size == recv._size * comm._size):
                 _done(comm._api.HcclScatter(send._cptr, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
-                                            st._ptr_cdata), "HcclScatter", st, (send, recv))
+                                            st._ptr_cdata), "HcclScatter", st, (send, recv),
+                      comm, recv._size, recv._dtype_c, root)
                 return recv
     target = recv if out is None else out
     if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
@@ -622,7 +649,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
     if comm._profile is not None:
         comm._profile.check("scatter", rb.dtype)
     _done(comm._api.HcclScatter(send_ptr, rb.ptr, rb.count, rb.dtype_c, root, handle, st._ptr_cdata),
-          "HcclScatter", st, (send, recv))
+          "HcclScatter", st, (send, recv), comm, rb.count, rb.dtype_c, root)
     return recv
 
 
@@ -638,7 +665,8 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                     and send._size == recv._size and not send._size % size and sa is not ra):
                 n = send._size // size
                 _done(comm._api.HcclAlltoAll(send._cptr, n, send._dtype_c, recv._cptr, n, send._dtype_c, comm._handle,
-                                             st._ptr_cdata), "HcclAlltoAll", st, (send, recv))
+                                             st._ptr_cdata), "HcclAlltoAll", st, (send, recv),
+                      comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_to_all", send.dtype)
@@ -658,7 +686,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
         comm._profile.check("all_to_all", sb.dtype)
     per_rank = sb.count // comm._size
     _done(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
-          "HcclAlltoAll", st, (send, recv))
+          "HcclAlltoAll", st, (send, recv), comm, per_rank, sb.dtype_c, -1)
     return recv
 
 
@@ -680,7 +708,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
                     and _apart(send, recv)):
                 _done(comm._api.HcclAlltoAllV(send._cptr, sent[1], sent[2], send._dtype_c, recv._cptr, received[1],
                                               received[2], recv._dtype_c, comm._handle, st._ptr_cdata),
-                      "HcclAlltoAllV", st, (send, recv))
+                      "HcclAlltoAllV", st, (send, recv), comm, sent[3], send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_to_all_v", send.dtype)
@@ -708,7 +736,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     _remember_layout(comm, recv_displs, rcounts, rdispls)
     _done(comm._api.HcclAlltoAllV(sb.ptr, _c_vector(comm, scounts), _c_vector(comm, sdispls), sb.dtype_c, rb.ptr,
                                   _c_vector(comm, rcounts), _c_vector(comm, rdispls), rb.dtype_c, handle,
-                                  st._ptr_cdata), "HcclAlltoAllV", st, (send, recv))
+                                  st._ptr_cdata), "HcclAlltoAllV", st, (send, recv), comm, sum(scounts), sb.dtype_c, -1)
     return recv
 
 
@@ -729,7 +757,8 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
                     and send._dtype is recv._dtype and send._size >= sent and recv._size >= received
                     and _apart(send, recv)):
                 _done(comm._api.HcclAlltoAllVC(send._cptr, c_flat, send._dtype_c, recv._cptr, recv._dtype_c,
-                                               comm._handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
+                                               comm._handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv),
+                      comm, sent, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_to_all_vc", send.dtype)
@@ -765,7 +794,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
         comm._layouts.clear()
     comm._layouts[("matrix", tuple(rows))] = (_c_vector(comm, flat), sent, received)
     _done(comm._api.HcclAlltoAllVC(sb.ptr, _c_vector(comm, flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle,
-                                   st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv))
+                                   st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv), comm, sent, sb.dtype_c, -1)
     return recv
 
 
@@ -778,7 +807,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
         if st is not None and 0 <= peer < comm._size and peer != comm._rank \
                 and buf._alloc.live_device == comm._device_id:
             _done(getattr(comm._api, name)(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
-                  name, st, buf)
+                  name, st, buf, comm, buf._size, buf._dtype_c, peer)
             return
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
@@ -787,7 +816,8 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
         comm._profile.check("send" if name == "HcclSend" else "recv", b.dtype)
     peer = _peer(comm, peer)
     _on_device(comm, b, "buf")
-    _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, buf)
+    _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, buf,
+          comm, b.count, b.dtype_c, peer)
 
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
@@ -847,7 +877,8 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         c.dataType = b.dtype_c
         c.remoteRank = _peer(comm, peer, f"items[{index}] peer")
         keep.append(buf)
-    _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep)
+    _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep,
+          comm, len(items), -1, -1)
     return None
 
 
@@ -855,7 +886,7 @@ def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
     """Queue a barrier: work after it on ``stream`` starts once every rank has reached it."""
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
-    _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, None)
+    _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, None, comm, 0, -1, -1)
 
 
 # ------------------------------------------------------------------------------------ groups

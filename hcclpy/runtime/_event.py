@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from .. import _ffi
+from .. import _ffi, _trace
 from ._device import Device
 from ._lifetime import attach, close_now
 from ._stream import _timeout_ms
@@ -26,7 +26,7 @@ class Event:
     >>> end.synchronize(); print(start.elapsed_time(end), "ms")
     """
 
-    __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer")
+    __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer", "_recorded")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create events with Device.create_event() or Stream.record()")
@@ -46,6 +46,7 @@ class Event:
         self._cdata_ptr = out[0]
         self._device = device
         self._timing = bool(timing)
+        self._recorded: Any = None  # (the stream's progress, the flight recorder's mark) at the last record
         cdata = out[0]
 
         def release() -> None:
@@ -83,12 +84,21 @@ class Event:
         elif not isinstance(stream, Stream):
             raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
+        self._recorded = (stream._progress, _trace.mark())
+
+    def _seen_complete(self) -> None:
+        # Everything queued on the recorded stream before the record is done.
+        if self._recorded is not None:
+            _trace.completed(*self._recorded)
 
     def query(self) -> bool:
         """True if the work before the event's last record has finished; False otherwise."""
         status = _ffi.new("aclrtEventRecordedStatus *")
         _ffi.check_acl(_ffi.api().aclrtQueryEventStatus(self._cdata(), status), "aclrtQueryEventStatus")
-        return int(status[0]) == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+        done = int(status[0]) == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
+        if done:
+            self._seen_complete()
+        return done
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until the event completes (``timeout`` in seconds; None waits for the work).
@@ -106,6 +116,7 @@ class Event:
             rc, name = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), ms), "aclrtSynchronizeEventWithTimeout"
         if rc:
             raise _ffi.acl_failure(rc, name)
+        self._seen_complete()
 
     def elapsed_time(self, end: "Event") -> float:
         """Milliseconds from this event to ``end``; both must be recorded and complete.

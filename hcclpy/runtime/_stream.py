@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .. import _ffi
+from .. import _ffi, _trace
 from ..errors import AclErrorCode
 from ._device import Device
 from ._lifetime import attach, close_now
@@ -31,7 +31,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held")
+                 "_live_device", "_held", "_progress")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -52,6 +52,7 @@ class Stream:
         # Buffers of queued operations, kept alive until the stream is known to be done with them:
         # otherwise a temporary array could be freed, and its memory reused, under a queued collective.
         self._held: list = []
+        self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         release = None
         if owned:
             bound, cdata = _ffi.api(), self._ptr_cdata
@@ -147,22 +148,29 @@ class Stream:
         ms = _timeout_ms(timeout)
         bound = _ffi.api()
         cdata = self._cdata()
+        upto = _trace.mark()
         if ms < 0:
             rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
         else:
             rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
         if rc:
+            if rc != AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+                _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, name)
+        _trace.completed(self._progress, upto)
         self._held.clear()
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
         bound = _ffi.api()
+        upto = _trace.mark()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
         if rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
             return False
         if rc:
+            _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
+        _trace.completed(self._progress, upto)
         self._held.clear()
         return True
 

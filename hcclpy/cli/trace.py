@@ -1,0 +1,102 @@
+"""``hcclpy trace merge DIR``: put the flight-recorder dumps of a job's ranks side by side.
+
+Every process of a job started with ``HCCLPY_TRACE_DIR=DIR`` dumps its records there when an
+operation fails (or when the program calls ``hcclpy.trace.dump``). This command reads them all,
+writes one Chrome trace of every rank (``DIR/merged.chrome.json``) and prints, for each
+communicator, each rank's last completed and first pending operation and which ranks are behind::
+
+    hcclpy trace merge /tmp/traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+__all__ = ["add_parser", "report", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``hcclpy trace`` with ``subparsers``."""
+    parser = subparsers.add_parser(
+        "trace", help="merge the flight-recorder dumps of a job's ranks and say which rank is behind",
+        description="Merge flight-recorder dumps (hcclpy.trace.dump, or HCCLPY_TRACE_DIR) into one Chrome trace and "
+        "print each rank's last completed and first pending operation per communicator. Exit status 1 when "
+        "the directory holds no dump.")
+    parser.add_argument("action", choices=("merge",), help="merge: the only action")
+    parser.add_argument("directory", help="the directory holding the dumps (*.json)")
+    parser.add_argument("--out", help="the merged Chrome trace (default: DIRECTORY/merged.chrome.json)")
+    parser.set_defaults(handler=run, parser=parser)
+    return parser
+
+
+def _load(directory: Path) -> List[Dict[str, Any]]:
+    dumps = []
+    for path in sorted(directory.glob("*.json")):
+        if path.name.endswith(".chrome.json"):
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("records"), list):
+            dumps.append(data)
+    return dumps
+
+
+def report(dumps: List[Dict[str, Any]]) -> List[str]:
+    """The lines that say, per communicator, where each rank stands and who is behind."""
+    from ..trace import signature
+
+    by_comm: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+    for data in dumps:
+        for item in data["records"]:
+            by_comm.setdefault(item["comm"], {}).setdefault(item["rank"], []).append(item)
+    lines = []
+    for comm, ranks in sorted(by_comm.items()):
+        size = max(item["size"] for items in ranks.values() for item in items)
+        lines.append(f"communicator '{comm}': dumps from {len(ranks)} of {size} ranks")
+        issued: Dict[int, int] = {}
+        for rank, items in sorted(ranks.items()):
+            items.sort(key=lambda item: item["seq"])
+            issued[rank] = items[-1]["seq"]
+            done = [item for item in items if item["state"] == "completed"]
+            waiting = [item for item in items if item["state"] != "completed"]
+            last = f"#{done[-1]['seq']} {signature(done[-1])}" if done else "none recorded"
+            first = f"#{waiting[0]['seq']} {signature(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
+            lines.append(f"  rank {rank}: last completed {last}; first pending {first}")
+        ahead = max(issued.values())
+        behind = sorted(rank for rank, count in issued.items() if count < ahead)
+        missing = sorted(set(range(size)) - set(ranks))
+        if behind:
+            lines.append(f"  behind: rank(s) {', '.join(map(str, behind))} issued fewer operations "
+                         f"({', '.join(f'{issued[r]}' for r in behind)}) than the others ({ahead})")
+        if missing:
+            lines.append(f"  no dump from rank(s) {', '.join(map(str, missing))}: they may be the ones stuck")
+        if not behind and not missing:
+            lines.append(f"  every rank issued {ahead} operations")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``hcclpy trace merge``."""
+    from ..trace import chrome_trace
+
+    directory = Path(args.directory)
+    dumps = _load(directory) if directory.is_dir() else []
+    if not dumps:
+        print(f"hcclpy trace: no flight-recorder dumps in {directory}", file=sys.stderr)
+        return 1
+    events: List[Dict[str, Any]] = []
+    for data in dumps:
+        events += chrome_trace(data["records"], data)["traceEvents"]
+    out = Path(args.out) if args.out else directory / "merged.chrome.json"
+    out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
+    print("\n".join(report(dumps)))
+    print(f"merged Chrome trace: {out}")
+    return 0
+
+

@@ -1,0 +1,166 @@
+"""The flight recorder: which operations this process queued, on which communicator, and how far
+each got — for finding out, when a job stalls, which rank was doing what.
+
+Every operation hcclpy queues is recorded in a bounded ring (``HCCLPY_TRACE_SIZE`` operations,
+default 4096; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator,
+the operation, count, data type, reduce op or root or peer, the communicator's name and rank, the
+stream and the time it was queued. Its state comes from what the process has seen since: a stream
+synchronisation, a stream query or an event that completed marks everything queued before it as
+*completed* (at that time at the latest), a synchronisation that failed marks it *failed*, and
+the rest is *pending* (queued or running).
+
+:func:`dump` writes the records as JSON and as a Chrome trace (``chrome://tracing``, Perfetto).
+With ``HCCLPY_TRACE_DIR`` set, every process dumps into that directory by itself when an
+operation times out, detects a desync or fails with an :class:`~hcclpy.HcclError`;
+``hcclpy trace merge DIR`` merges the dumps of all ranks and says which rank is behind.
+
+Examples
+--------
+>>> comm.all_reduce(x, y, stream=s); s.synchronize()
+>>> hcclpy.trace.records()[-1]["op"], hcclpy.trace.records()[-1]["state"]
+('all_reduce', 'completed')
+>>> hcclpy.trace.dump("rank0.json")     # and rank0.chrome.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import _ffi, _trace
+from .types import DataType, ReduceOp
+
+__all__ = ["chrome_trace", "dump", "enabled", "records", "set_enabled"]
+
+_OPERATIONS = {
+    "HcclAllReduce": "all_reduce", "HcclReduce": "reduce", "HcclBroadcast": "broadcast",
+    "HcclAllGather": "all_gather", "HcclAllGatherV": "all_gather_v", "HcclReduceScatter": "reduce_scatter",
+    "HcclReduceScatterV": "reduce_scatter_v", "HcclAlltoAll": "all_to_all", "HcclAlltoAllV": "all_to_all_v",
+    "HcclAlltoAllVC": "all_to_all_vc", "HcclScatter": "scatter", "HcclSend": "send", "HcclRecv": "recv",
+    "HcclBatchSendRecv": "batch_send_recv", "HcclBarrier": "barrier",
+}
+_REDUCING = {"all_reduce", "reduce_scatter", "reduce_scatter_v"}
+_ROOTED = {"reduce", "broadcast", "scatter"}
+_PEERED = {"send", "recv"}
+
+# perf_counter_ns is per process: dumps carry both clocks, so ranks' times line up when merged.
+_WALL_AT, _PERF_AT = time.time_ns(), time.perf_counter_ns()
+
+
+def enabled() -> bool:
+    """Whether operations are being recorded."""
+    return _trace.enabled
+
+
+def set_enabled(on: bool) -> None:
+    """Turn recording on or off for this process (``HCCLPY_TRACE=0`` starts it off)."""
+    _trace.set_enabled(on)
+
+
+def _describe(record: tuple) -> Dict[str, Any]:
+    at, (comm, rank, size), seq, api, count, dtype, detail, progress, stream, queued = record
+    operation = _OPERATIONS.get(api, api)
+    state = "completed" if at < progress[0] else "failed" if at < progress[1] else "pending"
+    item: Dict[str, Any] = {
+        "mark": at, "comm": comm, "rank": rank, "size": size, "seq": seq, "op": operation, "count": count,
+        "dtype": DataType(dtype).name.lower() if dtype >= 0 else None, "stream": stream,
+        "queued_ns": _WALL_AT + queued - _PERF_AT, "state": state,
+        "completed_by_ns": _WALL_AT + progress[2] - _PERF_AT if state == "completed" else None}
+    if operation in _REDUCING:
+        item["op_kind"] = ReduceOp(detail).name.lower()
+    elif operation in _ROOTED:
+        item["root"] = detail
+    elif operation in _PEERED:
+        item["peer"] = detail
+    return item
+
+
+def records(comm: Any = None) -> List[Dict[str, Any]]:
+    """The recorded operations, oldest first, as dicts (of one communicator's rank when ``comm``
+    is given): ``comm``, ``rank``, ``size``, ``seq``, ``op``, ``count``, ``dtype``, ``op_kind`` /
+    ``root`` / ``peer``, ``stream``, ``queued_ns``, ``state`` (completed, failed, pending) and
+    ``completed_by_ns`` (wall-clock ns; completion was known then at the latest)."""
+    items = [_describe(r) for r in _trace.records()]
+    if comm is not None:
+        items = [r for r in items if r["comm"] == comm.name and r["rank"] == comm.rank]
+    return items
+
+
+def signature(item: Dict[str, Any]) -> str:
+    """``all_reduce(count=8, fp32, sum)``: one operation as the simulator's messages write it."""
+    parts = [f"count={item['count']}"] + ([item["dtype"]] if item["dtype"] else [])
+    parts += [item["op_kind"]] if "op_kind" in item else []
+    parts += [f"root={item['root']}"] if "root" in item else []
+    parts += [f"peer={item['peer']}"] if "peer" in item else []
+    return f"{item['op']}({', '.join(parts)})"
+
+
+def _process() -> Dict[str, Any]:
+    rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") \
+        or os.environ.get("SLURM_PROCID")
+    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": int(rank) if rank and rank.isdigit() else None,
+            "dumped_ns": time.time_ns()}
+
+
+def chrome_trace(items: List[Dict[str, Any]], process: Dict[str, Any]) -> Dict[str, Any]:
+    """``items`` (from :func:`records`) as a Chrome trace: one track per communicator, one slice
+    per operation from when it was queued to when it was known complete (or to the dump)."""
+    label = process["rank"] if process["rank"] is not None else process["pid"]
+    events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": label,
+                                     "args": {"name": f"rank {label} ({process['host']}, pid {process['pid']})"}}]
+    for item in items:
+        end = item["completed_by_ns"] or process["dumped_ns"]
+        events.append({"ph": "X", "name": signature(item), "cat": item["state"], "pid": label,
+                       "tid": f"{item['comm']} (rank {item['rank']})", "ts": item["queued_ns"] / 1e3,
+                       "dur": max(end - item["queued_ns"], 0) / 1e3,
+                       "args": {"seq": item["seq"], "state": item["state"], "stream": item["stream"]}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def dump(path: Any) -> Path:
+    """Write this process's records to ``path`` (JSON) and a Chrome trace next to it
+    (``name.chrome.json``); return the JSON file's path."""
+    target = Path(path)
+    process = _process()
+    items = records()
+    target.write_text(json.dumps({**process, "records": items}, indent=1) + "\n")
+    chrome = target.with_name(target.name[:-len(target.suffix)] if target.suffix else target.name)
+    chrome = chrome.with_name(chrome.name + ".chrome.json")
+    chrome.write_text(json.dumps(chrome_trace(items, process)) + "\n")
+    return target
+
+
+# ---------------------------------------------------------------- dumps when something fails
+
+_last_auto = 0.0
+_auto_lock = threading.Lock()
+
+
+def _auto_dump(error: Exception) -> None:
+    """Dump into ``HCCLPY_TRACE_DIR`` (at most once a second) after a timeout, a desync or any
+    HCCL failure."""
+    global _last_auto
+    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    if not directory or not _trace.enabled:
+        return
+    from .errors import CommTimeoutError, HcclError, RemoteRankError
+
+    if not isinstance(error, (HcclError, CommTimeoutError, RemoteRankError)) and "mismatch" not in str(error):
+        return
+    with _auto_lock:
+        if time.monotonic() - _last_auto < 1.0:
+            return
+        _last_auto = time.monotonic()
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        dump(Path(directory) / f"hcclpy-trace-{socket.gethostname()}-{os.getpid()}.json")
+    except OSError:  # a failing dump must not hide the failure being reported
+        pass
+
+
+_ffi.on_failure(_auto_dump)
