@@ -12,6 +12,7 @@ from ._lifetime import attach, close_now
 __all__ = ["Stream"]
 
 _HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
+_marks, _now = _trace.counter, _trace.now
 
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
@@ -31,7 +32,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_progress")
+                 "_live_device", "_held", "_progress", "_sync")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -53,6 +54,7 @@ class Stream:
         # otherwise a temporary array could be freed, and its memory reused, under a queued collective.
         self._held: list = []
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
+        self._sync = _ffi.api().aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
         release = None
         if owned:
             bound, cdata = _ffi.api(), self._ptr_cdata
@@ -145,6 +147,18 @@ class Stream:
         AclError
             If queued work failed; a failed collective makes the stream fail for good.
         """
+        if timeout is None and self._live_device >= 0:  # the common call, with the checks inlined
+            upto = next(_marks)
+            rc = self._sync(self._ptr_cdata)
+            if not rc:
+                progress = self._progress
+                if upto > progress[0]:
+                    progress[0] = upto
+                    progress[2] = _now()
+                self._held.clear()
+                return
+            _trace.failed(self._progress, upto)
+            raise _ffi.acl_failure(rc, "aclrtSynchronizeStream")
         ms = _timeout_ms(timeout)
         bound = _ffi.api()
         cdata = self._cdata()
