@@ -202,6 +202,13 @@ static uint64_t round_up(uint64_t value, uint64_t to)
 
 static int arena_alloc(sim_arena_t *arena, uint64_t requested, void **out)
 {
+    /* Refused before any rounding: sizes near 2^64 would wrap around to small ones and "fit". */
+    if (requested > arena->size - ARENA_HEADER)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                         "aclrtMalloc: %llu bytes is more than device %d has (%llu bytes; "
+                         "HCCLPY_SIM_DEVICE_MEMORY sets the size)",
+                         (unsigned long long)requested, arena->device,
+                         (unsigned long long)(arena->size - ARENA_HEADER));
     uint64_t align = requested >= (64ULL << 10) ? 4096 : 64;
     uint64_t size = round_up(requested, 64);
     pthread_mutex_lock(&arena->lock);
@@ -584,6 +591,14 @@ SIM_EXPORT aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_bytes, size_
 
 /* -------------------------------------------------- synchronous copy / set */
 
+static bool in_device_memory(const void *ptr)
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        if (arena_contains(__atomic_load_n(&g_arenas[d], __ATOMIC_ACQUIRE), ptr))
+            return true;
+    return false;
+}
+
 /* Checks one side of a copy: device memory must hold `bytes` from `ptr`. */
 static int check_side(const char *api, const char *what, const void *ptr, uint64_t bytes, bool must_be_device)
 {
@@ -592,6 +607,12 @@ static int check_side(const char *api, const char *what, const void *ptr, uint64
     if (device < 0) {
         if (must_be_device)
             return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not device memory from aclrtMalloc", api, what, ptr);
+        /* Host memory cannot be checked, but device memory outside every live allocation can: a
+         * freed device buffer taken for host memory would be copied as far as `bytes` says, past
+         * the end of the device's memory. */
+        if (in_device_memory(ptr))
+            return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is device memory outside any live allocation "
+                             "(freed, or past the end of one)", api, what, ptr);
         return ACL_SUCCESS;
     }
     if (bytes > room)

@@ -682,6 +682,9 @@ static int run_callback(sim_task_t *task, int64_t deadline_ns)
             return sim_error(ACL_ERROR_RT_THREAD_SUBSCRIBE, "host callback: thread %llu no longer processes reports",
                              (unsigned long long)cb->thread);
         }
+        /* Read before posting: from then on a non-blocking report belongs to the processing
+         * thread, which may run and free it before this thread looks again. */
+        bool blocking = cb->report->blocking;
         cb->report->next = NULL;
         if (queue->tail == NULL)
             queue->head = cb->report;
@@ -691,7 +694,7 @@ static int run_callback(sim_task_t *task, int64_t deadline_ns)
         pthread_cond_broadcast(&queue->cond);
         pthread_mutex_unlock(&g_report_lock);
         cb->posted = true;
-        if (!cb->report->blocking) {
+        if (!blocking) {
             cb->report = NULL; /* the processing thread frees it */
             return SIM_TASK_DONE;
         }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hccl/internal.h"
@@ -269,6 +270,8 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
 {
     if (memcmp(wire->magic, ROOTINFO_MAGIC, sizeof wire->magic) != 0)
         return hccl_error(HCCL_E_PARA, "the root info was not produced by HcclGetRootInfo of this simulator");
+    if (memchr(wire->node, '\0', sizeof wire->node) == NULL)
+        return hccl_error(HCCL_E_PARA, "the root info is damaged: its host name is not terminated");
     if (strcmp(wire->node, sim_config()->node) != 0 && getenv("HCCLPY_SIM_NODE") == NULL)
         return hccl_error(HCCL_E_NOT_SUPPORT, "the root info comes from host '%s'; the simulator connects ranks of "
                           "one host only (this is '%s')", wire->node, sim_config()->node);
@@ -282,6 +285,13 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
         return hccl_error(HCCL_E_UNAVAIL, "cannot open the communicator's control segment (%s: %s): the root info "
                           "was already used by a completed initialisation, or its creator released it",
                           path, strerror(errno));
+    /* A damaged root info may name any file: reading a mapping past the end of the file raises
+     * SIGBUS, so anything shorter than a segment header is refused before it is mapped. */
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)SEG_HEADER_BYTES) {
+        close(fd);
+        return hccl_error(HCCL_E_UNAVAIL, "the root info does not name a communicator's control segment (%s)", path);
+    }
     seg_header_t *header = mmap(NULL, SEG_HEADER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (header == MAP_FAILED) {
         int saved = errno;

@@ -124,6 +124,18 @@ static int release_ops(void)
                           "both");
     if (collectives && p2p)
         return hccl_error(HCCL_E_PARA, "HcclGroupEnd: a group holds collectives or send/receive operations, not both");
+    /* The communicator and the stream of a held operation were checked when it was called, but
+     * either may have been destroyed since: a destroyed stream is freed memory with no worker, so
+     * queueing there would write freed memory and leave the operation pending forever. */
+    for (held_t *e = t_ops; e != NULL; e = e->next) {
+        const op_task_t *op = e->op;
+        if (sim_handle_get(op->comm->handle, SIM_KIND_COMM) != op->comm)
+            return hccl_error(HCCL_E_PARA, "HcclGroupEnd: communicator '%s' was destroyed while the group held an "
+                              "operation on it (%s)", op->comm->name, hccl_cmd_name(op->type));
+        if (sim_handle_get(op->stream_handle, SIM_KIND_STREAM) != op->stream)
+            return hccl_error(HCCL_E_PARA, "HcclGroupEnd: the stream of a held operation (%s on '%s') was destroyed "
+                              "before HcclGroupEnd", hccl_cmd_name(op->type), op->comm->name);
+    }
     /* Merge every point-to-point operation into the first one queued on the
      * same communicator and stream. */
     for (held_t *e = t_ops; e != NULL && p2p; e = e->next) {

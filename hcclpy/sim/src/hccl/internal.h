@@ -216,6 +216,7 @@ struct op_task {
     sim_task_t base;
     hccl_comm_t *comm;
     sim_stream_t *stream;
+    void *stream_handle;    /* to check at HcclGroupEnd that the stream still exists */
     uint32_t type;          /* HcclCMDType */
     uint64_t lseq, cseq;
 

@@ -69,6 +69,7 @@ typedef struct {
     const hccl_profile_t *profile;   /* HCCLPY_SIM_PROFILE; NULL: no limits */
     hccl_comm_t *comm;
     sim_stream_t *stream;
+    void *stream_handle;
 } call_t;
 
 static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_handle, aclrtStream stream_handle)
@@ -85,6 +86,7 @@ static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_han
         return hccl_error(HCCL_E_PTR, "%s: stream is NULL (HCCL operations need a stream from aclrtCreateStream)",
                           api);
     call->stream = sim_handle_get(stream_handle, SIM_KIND_STREAM);
+    call->stream_handle = stream_handle;
     if (call->stream == NULL)
         return hccl_error(HCCL_E_PARA, "%s: %p is not a live stream (never created, or destroyed)", api,
                           stream_handle);
@@ -194,7 +196,10 @@ static int check_overlap(const call_t *call, const void *send, uint64_t send_byt
 static int new_op(const call_t *call, uint32_t type, op_task_t **out)
 {
     *out = hccl_op_new(call->comm, call->stream, type);
-    return *out == NULL ? hccl_error(HCCL_E_MEMORY, "%s: out of host memory", call->api) : HCCL_SUCCESS;
+    if (*out == NULL)
+        return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", call->api);
+    (*out)->stream_handle = call->stream_handle;
+    return HCCL_SUCCESS;
 }
 
 static uint64_t *copy_vector(const void *src, uint64_t count)
@@ -279,9 +284,10 @@ HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t rec
     if (recvCount > HCCL_SIM_MAX_COUNT / n)
         return hccl_error(HCCL_E_PARA, "HcclReduceScatter: recvCount %llu times %u ranks exceeds the largest "
                           "supported count", (unsigned long long)recvCount, n);
-    /* In place means recvBuf is this rank's block of sendBuf. */
-    bool in_place = (const char *)recvBuf ==
-                    (const char *)sendBuf + (uint64_t)found->rank * recvCount * hccl_dtype_size(dataType);
+    /* In place means recvBuf is this rank's block of sendBuf.  Integer arithmetic: the pointers are
+     * not checked yet and may be anything, and pointer arithmetic that overflows is undefined. */
+    bool in_place = (uintptr_t)recvBuf ==
+                    (uintptr_t)sendBuf + (uint64_t)found->rank * recvCount * hccl_dtype_size(dataType);
     return reduction(comm, stream, HCCL_CMD_REDUCE_SCATTER, "HcclReduceScatter", sendBuf, recvBuf, recvCount,
                      recvCount * n, recvCount, dataType, op, 0, in_place);
 }
