@@ -374,12 +374,11 @@ def _assert_clean(results: List[Dict[str, Any]]) -> None:
     assert all(res["cases"] > 0 for res in results)
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
-@pytest.mark.parametrize("size", SIZES)
+# Point-to-point needs two ranks: those operations are not run on one.
+@pytest.mark.parametrize("size, operation", [(size, operation) for size in SIZES for operation in OPERATIONS
+                                             if size > 1 or operation not in P2P])
 @pytest.mark.timeout(120)
 def test_threads(size: int, operation: str) -> None:
-    if size == 1 and operation in P2P:
-        pytest.skip("point-to-point needs two ranks")
     _assert_clean(ranks.run_threads(exercise, size, (operation,), timeout=90))
 
 

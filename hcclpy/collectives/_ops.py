@@ -244,23 +244,24 @@ def _no_out(out: Any) -> None:
 
 def _known_layout(layouts: Dict[Any, Any], counts: Any, displs: Any) -> Any:
     """The remembered layout of ``(counts, displs)`` as the caller passed them (tuples or lists),
-    or None when it was not checked before."""
-    if type(counts) is not tuple:
-        if type(counts) is not list:
-            return None
+    or None when it was not checked before. Packed layouts (``displs=None``) are keyed by the
+    counts alone, the others by both: the common call builds one tuple."""
+    kind = type(counts)
+    if kind is list:
         counts = tuple(counts)
+    elif kind is not tuple:
+        return None
     if displs is None:
-        layout = layouts.get((counts, None))
-        total = sum(counts)
-    else:
-        if type(displs) is not tuple:
-            if type(displs) is not list:
-                return None
-            displs = tuple(displs)
-        layout = layouts.get((counts, displs))
-        total = sum(counts) + sum(displs)
-    # Equal keys can hold floats (2.0 == 2), which the checks refuse: a sum of ints is an int.
-    return layout if layout is not None and type(total) is int else None
+        layout = layouts.get(counts)
+        # Equal keys can hold floats (2.0 == 2), which the checks refuse: a sum of ints is an int.
+        return layout if layout is not None and type(sum(counts)) is int else None
+    kind = type(displs)
+    if kind is list:
+        displs = tuple(displs)
+    elif kind is not tuple:
+        return None
+    layout = layouts.get((counts, displs))
+    return layout if layout is not None and type(sum(displs, sum(counts))) is int else None
 
 
 def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...], displs: Tuple[int, ...]) -> None:
@@ -268,7 +269,7 @@ def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...],
     if len(comm._layouts) >= 256:
         comm._layouts.clear()
     extent = max((c + d for c, d in zip(counts, displs) if c), default=0)
-    comm._layouts[(counts, None if given_displs is None else displs)] = (
+    comm._layouts[counts if given_displs is None else (counts, displs)] = (
         counts, _c_vector(comm, counts), _c_vector(comm, displs), extent)
 
 
@@ -747,8 +748,8 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     ``all_to_all_vc(array, matrix)``."""
     if type(send) is DeviceArray and type(recv) is DeviceArray and type(send_count_matrix) in (list, tuple):
         st = _fast(comm, stream)
-        key = ("matrix", tuple(row if type(row) is tuple else tuple(row) for row in send_count_matrix)) \
-            if st is not None else None
+        # tuple() of a row that is a tuple returns the row itself: no copy in the common cases.
+        key = ("matrix", tuple(map(tuple, send_count_matrix))) if st is not None else None
         layout = comm._layouts.get(key)
         if layout is not None and type(sum(map(sum, key[1]))) is int:  # ints only, as for _known_layout
             c_flat, sent, received = layout
