@@ -5,8 +5,8 @@ aside) by one HTML comment, which Markdown renders as nothing:
 
 ``<!-- run -->``
     Run the block: a ```` ```python ```` block as a program, a ```` ```sh ```` block with bash.
-    Python blocks run without a comment too; ``sh`` and ``c`` blocks must carry one, so that
-    no command is left unchecked by oversight.
+    Python blocks run without a comment too; every other block must carry a comment, so that no
+    command or output is left unchecked by oversight.
 ``<!-- run: ranks=N -->``
     Run the Python block under ``python -m hcclpy run -n N`` (N ranks, output prefixed per rank).
 ``<!-- run: continue -->``
@@ -14,10 +14,18 @@ aside) by one HTML comment, which Markdown renders as nothing:
     first one's settings.
 ``<!-- run: file=NAME -->``
     Write the block to ``NAME`` in the page's working directory, for the ``sh`` blocks after it
-    (a program to start with ``hcclpy run``, a C source to compile); it does not run by itself.
+    (a program to start with ``hcclpy run``, a C source to compile, a rank table); it does not run
+    by itself.
+``<!-- output -->``, ``<!-- output: unordered -->``
+    What the run just before printed on stdout. Blank lines and trailing spaces aside, the lines
+    must match one for one, where ``...`` in a line stands for any text (host names, paths,
+    generated names). Lines prefixed ``[rank]`` (from ``hcclpy run``) are compared rank by rank,
+    so ranks may interleave; ``unordered`` accepts the lines in any order (threads of one
+    process). A Python block that continues a program cannot follow an output block.
 ``<!-- no-run: REASON -->``
     Show the block without running it. REASON must say why; such blocks are few (installing
-    packages, running this test suite, starting a server that runs until stopped).
+    packages, running this test suite, starting a server that runs until stopped, commands for
+    a real cluster).
 
 Each page's blocks run in order in a fresh working directory (holding a link to the repository's
 ``examples/``), on the simulator, with short HCCL timeouts and a timeout per run. Programs must
@@ -48,9 +56,9 @@ FAST_FAIL = {"HCCL_CONNECT_TIMEOUT": "60", "HCCL_EXEC_TIMEOUT": "60"}
 LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID", *FOREIGN_RANK_VARIABLES}
 
-DIRECTIVE = re.compile(r"^<!--\s*(run|no-run)\s*(?::\s*(.*?))?\s*-->\s*$")
+DIRECTIVE = re.compile(r"^<!--\s*(run|no-run|output)\s*(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^(```+)\s*([\w+-]*)\s*$")
-MUST_BE_MARKED = {"sh", "bash", "c"}
+RANK_PREFIX = re.compile(r"^\[(\d+)\] ")
 
 
 @dataclass
@@ -59,13 +67,18 @@ class Block:
     line: int  # 1-based line of the opening fence
     language: str
     text: str
-    run: Optional[bool] = None  # None: no comment before it
+    directive: Optional[str] = None  # "run", "no-run" or "output"; None: no comment before it
     reason: str = ""
     options: Dict[str, str] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
         return f"docs/{self.page}:{self.line}"
+
+    @property
+    def run(self) -> Optional[bool]:
+        """True for a block to run, False for one shown only; None for output and unmarked blocks."""
+        return {"run": True, "no-run": False}.get(self.directive or "")
 
 
 def parse(path: Path) -> List[Block]:
@@ -85,14 +98,14 @@ def parse(path: Path) -> List[Block]:
             assert end is not None, f"docs/{path.name}:{i + 1}: unterminated code block"
             block = Block(path.name, i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:end]) + "\n")
             if pending is not None:
-                block.run = pending.group(1) == "run"
+                block.directive = pending.group(1)
                 argument = pending.group(2) or ""
-                if block.run:
+                if block.directive == "no-run":
+                    block.reason = argument
+                else:
                     for word in argument.split():
                         key, _, value = word.partition("=")
                         block.options[key] = value
-                else:
-                    block.reason = argument
             blocks.append(block)
             pending = None
             i = end
@@ -112,7 +125,8 @@ def environment() -> Dict[str, str]:
     return env
 
 
-def run(command: List[str], cwd: Path, where: str, shown: str) -> None:
+def run(command: List[str], cwd: Path, where: str, shown: str) -> str:
+    """Run ``command`` in ``cwd``; fail unless it exits 0 in time. Return its stdout."""
     try:
         result = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True,
                                 timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -120,9 +134,10 @@ def run(command: List[str], cwd: Path, where: str, shown: str) -> None:
         pytest.fail(f"{where}: still running after {TIMEOUT} s\n$ {shlex.join(command)}\n{exc.stdout}\n{exc.stderr}")
     assert result.returncode == 0, (f"{where}: exit status {result.returncode}\n--- block ---\n{shown}"
                                     f"--- stdout ---\n{result.stdout}--- stderr ---\n{result.stderr}")
+    return result.stdout
 
 
-def run_python(source: str, first: Block, cwd: Path) -> None:
+def run_python(source: str, first: Block, cwd: Path) -> str:
     script = cwd / f"_block_line{first.line}.py"
     script.write_text("import faulthandler; faulthandler.dump_traceback_later(20, exit=True)\n" + source)
     ranks = int(first.options.get("ranks", "1"))
@@ -131,11 +146,55 @@ def run_python(source: str, first: Block, cwd: Path) -> None:
     else:
         command = [sys.executable, "-m", "hcclpy", "run", "-n", str(ranks), "--timeout", str(TIMEOUT - 30),
                    script.name]
-    run(command, cwd, first.where, source)
+    return run(command, cwd, first.where, source)
 
 
 def marked(block: Block) -> bool:
-    return block.run is not None or block.language not in MUST_BE_MARKED
+    return block.directive is not None or block.language == "python"
+
+
+def _pattern(line: str) -> "re.Pattern[str]":
+    return re.compile(".*".join(re.escape(part) for part in line.split("...")))
+
+
+def _lines(text: str) -> List[str]:
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
+
+
+def _by_rank(lines: List[str]) -> Dict[Optional[str], List[str]]:
+    groups: Dict[Optional[str], List[str]] = {}
+    for line in lines:
+        prefix = RANK_PREFIX.match(line)
+        groups.setdefault(prefix.group(1) if prefix else None, []).append(line)
+    return groups
+
+
+def output_mismatch(expected: str, actual: str, unordered: bool = False) -> Optional[str]:
+    """Why ``actual`` (a run's stdout) does not match ``expected`` (an output block), or None.
+
+    >>> output_mismatch("[0] a ...\\n[1] b", "[1] b\\n[0] a 42\\n") is None
+    True
+    """
+    want, got = _lines(expected), _lines(actual)
+    if unordered:
+        left = list(got)
+        for line in want:
+            pattern = _pattern(line)
+            hit = next((g for g in left if pattern.fullmatch(g)), None)
+            if hit is None:
+                return f"no line matches {line!r}"
+            left.remove(hit)
+        return f"unexpected line(s): {left}" if left else None
+    want_groups, got_groups = _by_rank(want), _by_rank(got)
+    for key in sorted(set(want_groups) | set(got_groups), key=str):
+        wanted, printed = want_groups.get(key, []), got_groups.get(key, [])
+        label = "lines without a rank prefix" if key is None else f"rank {key}'s lines"
+        if len(wanted) != len(printed):
+            return f"{label}: {len(printed)} printed, {len(wanted)} shown"
+        for line, line_got in zip(wanted, printed):
+            if not _pattern(line).fullmatch(line_got):
+                return f"{label}: printed {line_got!r} where the page shows {line!r}"
+    return None
 
 
 @pytest.mark.parametrize("page", [p.name for p in PAGES])
@@ -143,37 +202,65 @@ def test_examples_run(page, sim_home, tmp_path):
     """Every block of the page marked (or, for Python, defaulting) to run exits 0."""
     blocks = parse(DOCS / page)
     unmarked = [b.where for b in blocks if not marked(b)]
-    assert not unmarked, f"blocks with neither <!-- run --> nor <!-- no-run: reason -->: {unmarked}"
+    assert not unmarked, f"blocks with none of <!-- run -->, <!-- output -->, <!-- no-run: reason -->: {unmarked}"
     no_reason = [b.where for b in blocks if b.run is False and len(b.reason.split()) < 3]
     assert not no_reason, f"<!-- no-run --> needs a reason: {no_reason}"
     (tmp_path / "examples").symlink_to(REPO / "examples")
     chain: List[Block] = []  # a Python program made of a block and the blocks continuing it
+    printed: List[Optional[str]] = [None]  # stdout of the last run, until an output block checks it
 
     def flush() -> None:
         if chain:
-            run_python("".join(b.text for b in chain), chain[0], tmp_path)
+            printed[0] = run_python("".join(b.text for b in chain), chain[0], tmp_path)
             chain.clear()
 
     for block in blocks:
-        if block.run is False or (block.run is None and block.language != "python"):
+        if block.run is False:
+            continue
+        if block.directive == "output":
+            unknown = set(block.options) - {"unordered"}
+            assert not unknown, f"{block.where}: unknown output option(s) {sorted(unknown)}"
+            flush()
+            assert printed[0] is not None, f"{block.where}: an output block with no run just before it"
+            why = output_mismatch(block.text, printed[0], "unordered" in block.options)
+            assert why is None, (f"{block.where}: the output shown differs from what ran: {why}\n"
+                                 f"--- shown ---\n{block.text}--- printed ---\n{printed[0]}")
+            printed[0] = None
+            continue
+        if block.run is None and block.language != "python":
             continue
         unknown = set(block.options) - {"ranks", "continue", "file"}
         assert not unknown, f"{block.where}: unknown option(s) {sorted(unknown)}"
         if "file" in block.options:
             flush()
+            printed[0] = None
             (tmp_path / block.options["file"]).write_text(block.text)
         elif block.language == "python":
             if "continue" in block.options:
-                assert chain, f"{block.where}: 'continue' with no Python block before it"
+                assert chain, f"{block.where}: 'continue' with no Python program running before it"
             else:
                 flush()
+                printed[0] = None
             chain.append(block)
         elif block.language in ("sh", "bash"):
             flush()
-            run(["bash", "-euo", "pipefail", "-c", block.text], tmp_path, block.where, block.text)
+            printed[0] = run(["bash", "-euo", "pipefail", "-c", block.text], tmp_path, block.where, block.text)
         else:
             pytest.fail(f"{block.where}: cannot run a {block.language or 'plain'} block (use file=NAME)")
     flush()
+
+
+def test_output_matching():
+    """How output blocks are compared: ``...`` wildcards, ranks compared one by one, blank lines
+    ignored, ``unordered`` for lines in any order."""
+    assert output_mismatch("total: ...\n", "total: 42\n\n") is None
+    assert output_mismatch("[0] a\n[0] b\n[1] c\n", "[1] c\n[0] a\n[0] b\n") is None
+    assert output_mismatch("[0] a\n[0] b\n", "[0] b\n[0] a\n") is not None  # one rank's order counts
+    assert output_mismatch("x\ny\n", "y\nx\n") is not None
+    assert output_mismatch("x\ny\n", "y\nx\n", unordered=True) is None
+    assert output_mismatch("x\n", "x\ny\n") is not None  # nothing printed goes unshown
+    assert output_mismatch("x\n", "x\n", unordered=True) is None
+    assert output_mismatch("a.b\n", "axb\n") is not None  # only ... is special
 
 
 def test_no_run_blocks_are_few():
