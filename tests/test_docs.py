@@ -56,6 +56,10 @@ FAST_FAIL = {"HCCL_CONNECT_TIMEOUT": "60", "HCCL_EXEC_TIMEOUT": "60"}
 LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "GROUP_RANK", "NODE_RANK", "TORCHELASTIC_RUN_ID", *FOREIGN_RANK_VARIABLES}
 
+# Settings the pages describe, besides HCCLPY_* (the simulator's cache stays: it holds the build).
+SETTINGS = {"HCCL_SO_PATH", "HCCL_BUFFSIZE", "HCCL_DETERMINISTIC", "P2P_HCCL_BUFFSIZE", "ASCEND_RT_VISIBLE_DEVICES",
+            "RANK_TABLE_FILE"}
+
 DIRECTIVE = re.compile(r"^<!--\s*(run|no-run|output)\s*(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^(```+)\s*([\w+-]*)\s*$")
 RANK_PREFIX = re.compile(r"^\[(\d+)\] ")
@@ -116,9 +120,11 @@ def parse(path: Path) -> List[Block]:
 
 
 def environment() -> Dict[str, str]:
-    """The environment of every run: no launcher's variables, this repository's hcclpy first on
-    the path, this interpreter's scripts (``python``, ``hcclpy``) first on PATH, short timeouts."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    """The environment of every run: no launcher's variables and none of the settings the pages
+    describe (so what a page shows is what runs), this repository's hcclpy first on the path, this
+    interpreter's scripts (``python``, ``hcclpy``) first on PATH, short timeouts."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and k not in SETTINGS
+           and not (k.startswith("HCCLPY_") and k != "HCCLPY_SIM_CACHE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(FAST_FAIL)
