@@ -47,6 +47,32 @@ def test_init_methods(method: str, tmp_path: Any) -> None:
     assert out == [3.0, 3.0]
 
 
+def _receive_first(rank: int, size: int, info: bytes, port: int) -> List[float]:
+    # A TCP store: its client serves one request at a time, which a blocking wait for a channel's
+    # root info once turned into a deadlock when both ranks received before they sent.
+    dist.init_process_group("hcclpy", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+                            timeout=timedelta(seconds=30))
+    try:
+        peer, got = 1 - rank, []
+        for round_ in range(8):
+            group = dist.new_group(backend="hcclpy")  # fresh channels: the root infos travel again
+            inbox = torch.empty(4)
+            works = [dist.irecv(inbox, peer, group=group), dist.isend(torch.full((4,), 10.0 * rank + round_), peer,
+                                                                    group=group)]
+            for work in works:
+                work.wait()
+            got.append(inbox[0].item())
+        return got
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_both_ranks_may_receive_before_they_send(tmp_path: Any) -> None:
+    first, second = ranks.run_processes(_receive_first, 2, _free_port(), timeout=90)
+    assert first == [10.0 + r for r in range(8)] and second == [float(r) for r in range(8)]
+
+
 def _options(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
     config = hcclpy.CommConfig(name="trainer_world", exec_timeout=77)
     tr.init(rank, size, directory, pg_options=config)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from ..communicator import Communicator
 from ..config import CommConfig
+from ..errors import CommTimeoutError
 from ..rootinfo import RootInfo
 from ..runtime import Device, Stream
 from ._work import Executor, Work
@@ -58,10 +60,26 @@ class Channel:
                     info = RootInfo.generate(self._device)
                     self._store.set(self._key, info.to_bytes())
                 else:
-                    info = RootInfo(self._store.get(self._key))
+                    info = RootInfo(self._wait_for_root_info())
                 self._comm = Communicator(2, info, 0 if self._sending else 1, config=self._config,
                                           device=self._device)
             return self._comm
+
+    def _wait_for_root_info(self) -> bytes:
+        # Polled, not a blocking get: a TCPStore client serves one request at a time, and a get
+        # waiting for this pair's root info would hold back the set of the other direction's
+        # root info by the same client, so two ranks that both receive first would each wait
+        # for the other's set until the store timed out.
+        timeout = self._store.timeout.total_seconds()
+        deadline = time.monotonic() + timeout
+        pause = 0.0005
+        while not self._store.check([self._key]):
+            if time.monotonic() > deadline:
+                raise CommTimeoutError(f"{self._key}: the peer published no root info within the store's timeout "
+                                       f"of {timeout:g} s (did it post the matching send?)")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        return self._store.get(self._key)
 
     def stream(self) -> Stream:
         """The stream NPU transfers of this channel run on (created on first use)."""
