@@ -321,9 +321,19 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
             if (code is not None and sa.live_device == device and ta.live_device == device
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
-                _done(comm._api.HcclAllReduce(send._cptr, target._cptr, send._size, send._dtype_c, code, comm._handle,
-                                              st._ptr_cdata), "HcclAllReduce", st, (send, recv),
-                      comm, send._size, send._dtype_c, code)
+                # _done, written out: the most frequent call of all saves the function call.
+                rc = comm._api.HcclAllReduce(send._cptr, target._cptr, send._size, send._dtype_c, code, comm._handle,
+                                             st._ptr_cdata)
+                if rc:
+                    raise _ffi.hccl_failure(rc, "HcclAllReduce")
+                if _recording:
+                    at = next(_marks)
+                    _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
+                                              send._dtype_c, code, st._progress, st._handle, _now())
+                held = st._held
+                held.append((send, recv))
+                if not len(held) % _HOLD_CHECK:
+                    st.query()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_reduce", send.dtype, op)
