@@ -2,7 +2,7 @@
 each got — for finding out, when a job stalls, which rank was doing what.
 
 Every operation hcclpy queues is recorded in a bounded ring (``HCCLPY_TRACE_SIZE`` operations,
-default 4096; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator,
+default 1024; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator,
 the operation, count, data type, reduce op or root or peer, the communicator's name and rank, the
 stream and the time it was queued. Its state comes from what the process has seen since: a stream
 synchronisation, a stream query or an event that completed marks everything queued before it as
