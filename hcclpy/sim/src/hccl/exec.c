@@ -510,8 +510,7 @@ static int step(op_task_t *op)
          * even when they sit on different streams. */
         if (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1)
             return STEP_BLOCKED;
-        op->started = true;
-        op->deadline_ns = comm->exec_timeout_ns > 0 ? sim_now_ns() + comm->exec_timeout_ns : SIM_NO_DEADLINE;
+        op->started = true; /* its deadline is set once it has to wait (hccl_op_run) */
     }
     return is_collective(op->type) ? step_collective(op) : step_p2p(op);
 }
@@ -641,7 +640,7 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
     sim_backoff_t backoff;
     sim_backoff_init(&backoff);
     backoff.no_spin = comm->oversubscribed;
-    int64_t next_health = sim_now_ns() + HEALTH_CHECK_NS;
+    int64_t next_health = 0; /* the clock is read once the operation has to wait: most never do */
     for (;;) {
         uint32_t epoch = atomic_load(&header->epoch);
         int rc = step(op);
@@ -658,6 +657,10 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
         if (hccl_comm_broken(comm) != HCCL_SUCCESS)
             return fail(op, check_health(op));
         int64_t now = sim_now_ns();
+        if (next_health == 0)
+            next_health = now + HEALTH_CHECK_NS;
+        if (op->started && op->deadline_ns == 0)
+            op->deadline_ns = comm->exec_timeout_ns > 0 ? now + comm->exec_timeout_ns : SIM_NO_DEADLINE;
         if (op->started && now > op->deadline_ns) {
             char waiting[256];
             describe_wait(op, waiting, sizeof waiting);
