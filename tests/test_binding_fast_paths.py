@@ -75,3 +75,33 @@ def test_what_the_checks_refuse_is_refused_after_a_layout_is_known(comm: hcclpy.
     with pytest.raises(ValueError, match="overlap"):
         call(comm, send, send, [N])
     comm.device.default_stream.synchronize()
+
+
+ZERO = [0]  # one displacement list object for every call, as a caller keeps its own
+SAME_OBJECT_CALLS = {
+    "all_gather_v": lambda c, s, r, counts: c.all_gather_v(s, r, counts, ZERO),
+    "reduce_scatter_v": lambda c, s, r, counts: c.reduce_scatter_v(s, r, counts, ZERO, "sum"),
+    "all_to_all_v": lambda c, s, r, counts: c.all_to_all_v(s, r, counts, counts, ZERO, ZERO),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_OBJECT_CALLS))
+def test_a_layout_list_changed_in_place_is_checked_again(comm: hcclpy.Communicator, name: str) -> None:
+    """The memo of the last layout (same list objects) compares their values too."""
+    call: Callable[..., Any] = SAME_OBJECT_CALLS[name]
+    send, recv = _arrays(comm)
+    counts = [N]
+    call(comm, send, recv, counts)
+    call(comm, send, recv, counts)  # the same list objects, the same values: from the memo
+    comm.device.default_stream.synchronize()
+    known = len(comm._layouts)
+    counts[0] = N // 2  # a different, valid layout (with buffers that would also fit the old one)
+    recv.fill_zero()
+    call(comm, send[:N // 2] if name == "all_gather_v" else send, recv, counts)
+    comm.device.default_stream.synchronize()
+    assert len(comm._layouts) > known  # checked and remembered
+    assert recv.to_numpy().tolist() == list(range(N // 2)) + [0] * (N - N // 2)
+    counts[0] = -1
+    with pytest.raises(ValueError, match="negative|non-negative"):
+        call(comm, send, recv, counts)
+    comm.device.default_stream.synchronize()

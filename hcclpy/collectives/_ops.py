@@ -242,26 +242,49 @@ def _no_out(out: Any) -> None:
 # form the caller passed it in, so the next call with the same layout skips the checks and the
 # conversions: (counts, C counts, C displacements, elements it addresses).
 
-def _known_layout(layouts: Dict[Any, Any], counts: Any, displs: Any) -> Any:
+# The fast paths look a layout up in two steps. First the communicator's memo of the last layout
+# found on that side (0: send, 1: receive): a caller that passes the same list objects each time,
+# with the same values, pays two identity tests and two comparisons. (A list changed in place to
+# equal values of another type, 2.0 for 2, passes too: it asks for the same operation.) Then the
+# dictionary of every layout checked so far, keyed by value.
+_SEND, _RECV = 0, 1
+
+
+def _known_layout(comm: CommCore, side: int, counts: Any, displs: Any) -> Any:
     """The remembered layout of ``(counts, displs)`` as the caller passed them (tuples or lists),
     or None when it was not checked before. Packed layouts (``displs=None``) are keyed by the
     counts alone, the others by both: the common call builds one tuple."""
+    memo = comm._layout_memo[side]
+    if memo is not None and memo[0] is counts and memo[1] is displs and memo[2] == counts and memo[3] == displs:
+        return memo[4]
+    given_counts, given_displs = counts, displs
     kind = type(counts)
     if kind is list:
         counts = tuple(counts)
     elif kind is not tuple:
         return None
     if displs is None:
-        layout = layouts.get(counts)
+        layout = comm._layouts.get(counts)
         # Equal keys can hold floats (2.0 == 2), which the checks refuse: a sum of ints is an int.
-        return layout if layout is not None and type(sum(counts)) is int else None
-    kind = type(displs)
-    if kind is list:
-        displs = tuple(displs)
-    elif kind is not tuple:
-        return None
-    layout = layouts.get((counts, displs))
-    return layout if layout is not None and type(sum(displs, sum(counts))) is int else None
+        if layout is None or type(sum(counts)) is not int:
+            return None
+    else:
+        kind = type(displs)
+        if kind is list:
+            displs = tuple(displs)
+        elif kind is not tuple:
+            return None
+        layout = comm._layouts.get((counts, displs))
+        if layout is None or type(sum(displs, sum(counts))) is not int:
+            return None
+    # The memo keeps copies of the lists' values: the caller may change them in place.
+    comm._layout_memo[side] = (given_counts, given_displs, _snapshot(given_counts), _snapshot(given_displs), layout)
+    return layout
+
+
+def _snapshot(values: Any) -> Any:
+    """What ``values`` (a list, a tuple or None) holds now, comparable with it by ``==``."""
+    return list(values) if type(values) is list else values
 
 
 def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...], displs: Tuple[int, ...]) -> None:
@@ -461,7 +484,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     ``reduce_scatter_v(array, send_counts)`` returns the flattened block."""
     if type(send) is DeviceArray and type(recv) is DeviceArray:
         st = _fast(comm, stream)
-        layout = _known_layout(comm._layouts, send_counts, send_displs) if st is not None else None
+        layout = _known_layout(comm, _SEND, send_counts, send_displs) if st is not None else None
         code = _OP_CODES.get(op) if type(op) is not bool else None
         if layout is not None and code is not None:
             counts, c_counts, c_displs, extent = layout
@@ -575,7 +598,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
     ``all_gather_v(array, recv_counts)`` returns the flattened result."""
     if type(send) is DeviceArray and type(recv) is DeviceArray:
         st = _fast(comm, stream)
-        layout = _known_layout(comm._layouts, recv_counts, recv_displs) if st is not None else None
+        layout = _known_layout(comm, _RECV, recv_counts, recv_displs) if st is not None else None
         if layout is not None:
             counts, c_counts, c_displs, extent = layout
             device = comm._device_id
@@ -710,8 +733,8 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     ``all_to_all_v(array, send_counts, recv_counts)``."""
     if type(send) is DeviceArray and type(recv) is DeviceArray:
         st = _fast(comm, stream)
-        sent = _known_layout(comm._layouts, send_counts, send_displs) if st is not None else None
-        received = _known_layout(comm._layouts, recv_counts, recv_displs) if sent is not None else None
+        sent = _known_layout(comm, _SEND, send_counts, send_displs) if st is not None else None
+        received = _known_layout(comm, _RECV, recv_counts, recv_displs) if sent is not None else None
         if received is not None:
             device = comm._device_id
             if (send._alloc.live_device == device and recv._alloc.live_device == device
