@@ -246,8 +246,11 @@ def _no_out(out: Any) -> None:
 # found on that side (0: send, 1: receive): a caller that passes the same list objects each time,
 # with the same values, pays two identity tests and two comparisons. (A list changed in place to
 # equal values of another type, 2.0 for 2, passes too: it asks for the same operation.) Then the
-# dictionary of every layout checked so far, keyed by value.
+# dictionary of every layout checked so far, keyed by value. The memo copies the lists' values
+# only when the same objects come a second time: a caller that builds new lists for every call
+# pays for remembering two references, not for two copies.
 _SEND, _RECV = 0, 1
+_UNARMED = object()  # equal to no list: a memo that only remembers which objects came last
 
 
 def _known_layout(comm: CommCore, side: int, counts: Any, displs: Any) -> Any:
@@ -255,7 +258,8 @@ def _known_layout(comm: CommCore, side: int, counts: Any, displs: Any) -> Any:
     or None when it was not checked before. Packed layouts (``displs=None``) are keyed by the
     counts alone, the others by both: the common call builds one tuple."""
     memo = comm._layout_memo[side]
-    if memo is not None and memo[0] is counts and memo[1] is displs and memo[2] == counts and memo[3] == displs:
+    again = memo is not None and memo[0] is counts and memo[1] is displs
+    if again and memo[2] == counts and memo[3] == displs:
         return memo[4]
     given_counts, given_displs = counts, displs
     kind = type(counts)
@@ -277,14 +281,13 @@ def _known_layout(comm: CommCore, side: int, counts: Any, displs: Any) -> Any:
         layout = comm._layouts.get((counts, displs))
         if layout is None or type(sum(displs, sum(counts))) is not int:
             return None
-    # The memo keeps copies of the lists' values: the caller may change them in place.
-    comm._layout_memo[side] = (given_counts, given_displs, _snapshot(given_counts), _snapshot(given_displs), layout)
+    if again:  # copies of the values: the caller may change its lists in place
+        comm._layout_memo[side] = (given_counts, given_displs, list(counts) if type(given_counts) is list else counts,
+                                   given_displs if displs is None or type(given_displs) is tuple else list(displs),
+                                   layout)
+    else:
+        comm._layout_memo[side] = (given_counts, given_displs, _UNARMED, _UNARMED, None)
     return layout
-
-
-def _snapshot(values: Any) -> Any:
-    """What ``values`` (a list, a tuple or None) holds now, comparable with it by ``==``."""
-    return list(values) if type(values) is list else values
 
 
 def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...], displs: Tuple[int, ...]) -> None:
