@@ -91,9 +91,10 @@ def test_a_layout_list_changed_in_place_is_checked_again(comm: hcclpy.Communicat
     call: Callable[..., Any] = SAME_OBJECT_CALLS[name]
     send, recv = _arrays(comm)
     counts = [N]
-    call(comm, send, recv, counts)
-    call(comm, send, recv, counts)  # the same list objects, the same values: from the memo
+    for _ in range(4):  # checked, found, found again (the memo copies the values), then from the memo
+        call(comm, send, recv, counts)
     comm.device.default_stream.synchronize()
+    assert any(memo is not None and memo[4] is not None for memo in comm._layout_memo)  # armed
     known = len(comm._layouts)
     counts[0] = N // 2  # a different, valid layout (with buffers that would also fit the old one)
     recv.fill_zero()
