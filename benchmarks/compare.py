@@ -33,6 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
+from numpy_vs_device import human  # noqa: E402  (a sibling script)
+
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 SIZES = [8 << (3 * i) for i in range(6)] + [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 FACTORS: Dict[str, Callable[[int], float]] = {
@@ -260,13 +262,6 @@ def _available(program: str) -> Optional[str]:
     if needs and importlib.util.find_spec(needs) is None:
         return f"{needs} is not installed"
     return None
-
-
-def human(nbytes: int) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= size:
-            return f"{nbytes // size} {unit}"
-    return f"{nbytes} B"
 
 
 def busbw(operation: str, nbytes: int, seconds: float, n: int) -> float:

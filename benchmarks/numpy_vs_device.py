@@ -51,17 +51,24 @@ def human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def arguments(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str, compared: str) -> argparse.Namespace:
+    """The options of a size sweep that compares two ways of all-reducing (``compared``: what is
+    compared, for the help text); this script's and ``torch_vs_gloo.py``'s."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
     parser.add_argument("--min-bytes", type=parse_size, default=8, help="smallest size, default 8")
     parser.add_argument("--max-bytes", type=parse_size, default=64 << 20, help="largest size, default 64M")
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per size and path (median), default 7")
-    parser.add_argument("--budget", type=parse_size, default=512 << 20,
-                        help="bytes all-reduced per round (sets the calls per round), default 512M")
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help=f"timed rounds per size and {compared} (median), default {rounds}")
+    parser.add_argument("--budget", type=parse_size, default=parse_size(budget),
+                        help=f"bytes all-reduced per round (sets the calls per round), default {budget}")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--timeout", type=float, default=900.0, help="stop the ranks after this many seconds")
     return parser.parse_args(argv)
+
+
+def arguments(argv: List[str]) -> argparse.Namespace:
+    return sweep_arguments(argv, __doc__.split("\n\n")[0], rounds=7, budget="512M", compared="path")
 
 
 def launch(argv: List[str], args: argparse.Namespace, script: Path = Path(__file__)) -> int:

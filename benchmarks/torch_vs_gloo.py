@@ -33,7 +33,7 @@ from typing import List, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from numpy_vs_device import human, launch, parse_size  # noqa: E402  (a sibling script)
+from numpy_vs_device import human, launch, parse_size, sweep_arguments  # noqa: E402  (a sibling script)
 
 SIZES = [8 << (3 * i) for i in range(6)] + [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BANDWIDTH_FROM = 1 << 20     # busbw target applies from this size up
@@ -42,16 +42,7 @@ LATENCY_TARGET = 0.25        # hcclpy / gloo time at the smallest size, at most
 
 
 def arguments(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
-    parser.add_argument("--min-bytes", type=parse_size, default=8, help="smallest size, default 8")
-    parser.add_argument("--max-bytes", type=parse_size, default=64 << 20, help="largest size, default 64M")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per size and backend (median), default 5")
-    parser.add_argument("--budget", type=parse_size, default=256 << 20,
-                        help="bytes all-reduced per round (sets the calls per round), default 256M")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    parser.add_argument("--timeout", type=float, default=900.0, help="stop the ranks after this many seconds")
-    return parser.parse_args(argv)
+    return sweep_arguments(argv, __doc__.split("\n\n")[0], rounds=5, budget="256M", compared="backend")
 
 
 def rank_main(args: argparse.Namespace) -> None:

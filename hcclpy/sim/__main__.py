@@ -1,16 +1,14 @@
-"""``python -m hcclpy.sim [build|path|env]``: build the simulator, print its tree or its environment."""
+"""``python -m hcclpy.sim [build|path|env]``: the same as ``hcclpy sim`` (:mod:`hcclpy.cli.sim`),
+for scripts that reach the simulator through the package rather than the ``hcclpy`` command."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
-from ._build import SimulatorBuildError, build, env, sh_quote
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line and return the exit status.
+    """Run ``hcclpy sim`` with ``argv`` and return the exit status.
 
     Parameters
     ----------
@@ -28,33 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     /home/me/.cache/hcclpy/sim-0123456789abcdef
     0
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m hcclpy.sim",
-        description="Build the hcclpy simulator (a CPU implementation of HCCL and AscendCL) "
-        "and show where it is.",
-    )
-    parser.add_argument(
-        "command",
-        nargs="?",
-        default="path",
-        choices=("build", "path", "env"),
-        help="build: build (if needed) and print the install tree; path (default): print the "
-        "tree, building it if needed; env: print 'export NAME=value' lines for a POSIX shell",
-    )
-    parser.add_argument("--force", action="store_true", help="with build: rebuild even if the tree exists")
-    args = parser.parse_args(argv)
-    if args.force and args.command != "build":
-        parser.error("--force only goes with 'build'")
-    try:
-        if args.command == "env":
-            for name, value in env().items():
-                print(f"export {name}={sh_quote(value)}")
-        else:
-            print(build(force=args.force))
-    except SimulatorBuildError as exc:
-        print(f"hcclpy.sim: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    from ..cli import main as cli_main  # the command line sits above the simulator package
+
+    return cli_main(["sim", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
