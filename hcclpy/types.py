@@ -6,6 +6,7 @@ dtypes through :func:`as_datatype`.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import Any, Dict, Optional
 
@@ -69,6 +70,11 @@ _BY_NAME: Dict[str, DataType] = {
 }
 
 
+# dtype objects resolved before: NumPy spells a dtype's name in Python code slower than the rest
+# of a small NumPy all_reduce takes. (Values that compare equal name the same type.)
+_RESOLVED: Dict[Any, DataType] = {}
+
+
 def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
     """Resolve ``value`` (a DataType, int, name, NumPy/ml_dtypes dtype or torch dtype) to a DataType.
 
@@ -85,8 +91,18 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
         except ValueError:
             pass
     else:
+        try:
+            known = _RESOLVED.get(value)
+        except TypeError:  # unhashable: resolved by name below, then refused
+            known = None
+        if known is not None:
+            return known
         name = _name_of(value)
         if name is not None and name in _BY_NAME:
+            if len(_RESOLVED) >= 256:
+                _RESOLVED.clear()
+            with contextlib.suppress(TypeError):
+                _RESOLVED[value] = _BY_NAME[name]
             return _BY_NAME[name]
     supported = ", ".join(sorted({d.name.lower() for d in DataType}))
     raise TypeError(f"{argument}={value!r} is not a data type HCCL supports (supported: {supported})")

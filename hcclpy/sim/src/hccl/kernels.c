@@ -163,16 +163,33 @@ enum { BLOCK = 1024 };
 
 
 /* One kernel per (element type, operator): T is the element, A the
- * accumulator, U the type arithmetic is done in. */
-#define DEFINE_KERNEL(name, T, A, U, LOAD, STORE, OP)                                                        \
+ * accumulator, U the type arithmetic is done in.  When the accumulator is the
+ * element type (SAME), two inputs are combined straight into the first
+ * output, block by block, and the block is copied to the others: each output
+ * element is written after both inputs at its index were read, so in-place
+ * operation is safe, and the data passes through L1 once instead of three
+ * times.  More inputs, conversions and streaming stores go through the
+ * accumulator. */
+#define DEFINE_KERNEL(name, T, A, U, LOAD, STORE, OP, SAME)                                                  \
     static void name(void *const *outs, int nout, const void *const *ins, int nin, uint64_t count,          \
                      bool streaming)                                                                          \
     {                                                                                                         \
         A acc[BLOCK];                                                                                         \
         T result[BLOCK];                                                                                      \
+        bool direct = SAME && nin == 2 && !streaming;                                                         \
         for (uint64_t start = 0; start < count; start += BLOCK) {                                            \
             size_t m = (size_t)(count - start < BLOCK ? count - start : BLOCK);                               \
             const T *a = (const T *)ins[0] + start;                                                           \
+            const T *stored = result;                                                                         \
+            if (direct) {                                                                                     \
+                const T *b = (const T *)ins[1] + start;                                                       \
+                T *first = (T *)outs[0] + start;                                                              \
+                for (size_t i = 0; i < m; i++)                                                                \
+                    first[i] = (T)OP(U, a[i], b[i]);                                                          \
+                for (int k = 1; k < nout; k++)                                                                \
+                    memcpy((T *)outs[k] + start, first, m * sizeof(T));                                       \
+                continue;                                                                                     \
+            }                                                                                                 \
             if (nin >= 2) {                                                                                   \
                 const T *b = (const T *)ins[1] + start;                                                       \
                 for (size_t i = 0; i < m; i++)                                                                \
@@ -186,29 +203,28 @@ enum { BLOCK = 1024 };
                 for (size_t i = 0; i < m; i++)                                                                \
                     acc[i] = (A)OP(U, acc[i], LOAD(c[i]));                                                    \
             }                                                                                                 \
-            /* Convert once, then store the block to every output. */                                     \
-            for (size_t i = 0; i < m; i++)                                                                    \
-                result[i] = STORE(T, acc[i]);                                                                 \
-            for (int k = 0; k < nout; k++) {                                                                  \
-                if (streaming)                                                                                \
-                    sim_copy((T *)outs[k] + start, result, m * sizeof(T), true);                              \
-                else                                                                                          \
-                    memcpy((T *)outs[k] + start, result, m * sizeof(T));                                      \
+            if (SAME) { /* the accumulator already holds the elements */                                    \
+                stored = (const T *)(const void *)acc;                                                        \
+            } else { /* convert once, then store the block to every output */                               \
+                for (size_t i = 0; i < m; i++)                                                                \
+                    result[i] = STORE(T, acc[i]);                                                             \
             }                                                                                                 \
+            for (int k = 0; k < nout; k++)                                                                    \
+                sim_copy((T *)outs[k] + start, stored, m * sizeof(T), streaming);                            \
         }                                                                                                     \
     }
 
 #define DEFINE_INT_KERNELS(tag, T, U)                                                       \
-    DEFINE_KERNEL(reduce_sum_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_ISUM)               \
-    DEFINE_KERNEL(reduce_prod_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_IPROD)             \
-    DEFINE_KERNEL(reduce_max_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_MAX)                \
-    DEFINE_KERNEL(reduce_min_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_MIN)
+    DEFINE_KERNEL(reduce_sum_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_ISUM, true)         \
+    DEFINE_KERNEL(reduce_prod_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_IPROD, true)       \
+    DEFINE_KERNEL(reduce_max_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_MAX, true)          \
+    DEFINE_KERNEL(reduce_min_##tag, T, T, U, LOAD_SAME, STORE_SAME, OP_MIN, true)
 
-#define DEFINE_FLOAT_KERNELS(tag, T, A, LOAD, STORE)                                        \
-    DEFINE_KERNEL(reduce_sum_##tag, T, A, A, LOAD, STORE, OP_FSUM)                         \
-    DEFINE_KERNEL(reduce_prod_##tag, T, A, A, LOAD, STORE, OP_FPROD)                       \
-    DEFINE_KERNEL(reduce_max_##tag, T, A, A, LOAD, STORE, OP_MAX)                          \
-    DEFINE_KERNEL(reduce_min_##tag, T, A, A, LOAD, STORE, OP_MIN)
+#define DEFINE_FLOAT_KERNELS(tag, T, A, LOAD, STORE, SAME)                                  \
+    DEFINE_KERNEL(reduce_sum_##tag, T, A, A, LOAD, STORE, OP_FSUM, SAME)                   \
+    DEFINE_KERNEL(reduce_prod_##tag, T, A, A, LOAD, STORE, OP_FPROD, SAME)                 \
+    DEFINE_KERNEL(reduce_max_##tag, T, A, A, LOAD, STORE, OP_MAX, SAME)                    \
+    DEFINE_KERNEL(reduce_min_##tag, T, A, A, LOAD, STORE, OP_MIN, SAME)
 
 DEFINE_INT_KERNELS(i8, int8_t, uint8_t)
 DEFINE_INT_KERNELS(i16, int16_t, uint16_t)
@@ -218,10 +234,10 @@ DEFINE_INT_KERNELS(u8, uint8_t, uint8_t)
 DEFINE_INT_KERNELS(u16, uint16_t, uint16_t)
 DEFINE_INT_KERNELS(u32, uint32_t, uint32_t)
 DEFINE_INT_KERNELS(u64, uint64_t, uint64_t)
-DEFINE_FLOAT_KERNELS(f32, float, float, LOAD_SAME, STORE_SAME)
-DEFINE_FLOAT_KERNELS(f64, double, double, LOAD_SAME, STORE_SAME)
-DEFINE_FLOAT_KERNELS(f16, uint16_t, float, half_to_float, STORE_HALF)
-DEFINE_FLOAT_KERNELS(bf16, uint16_t, float, bf16_to_float, STORE_BF16)
+DEFINE_FLOAT_KERNELS(f32, float, float, LOAD_SAME, STORE_SAME, true)
+DEFINE_FLOAT_KERNELS(f64, double, double, LOAD_SAME, STORE_SAME, true)
+DEFINE_FLOAT_KERNELS(f16, uint16_t, float, half_to_float, STORE_HALF, false)
+DEFINE_FLOAT_KERNELS(bf16, uint16_t, float, bf16_to_float, STORE_BF16, false)
 
 typedef void (*kernel_t)(void *const *, int, const void *const *, int, uint64_t, bool);
 
