@@ -21,7 +21,7 @@
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
-#define SEG_VERSION 1u
+#define SEG_VERSION 2u /* 2: two descriptors and eager data per slot */
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define DEFAULT_EXEC_TIMEOUT_S 1836.0
 
@@ -232,11 +232,17 @@ hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err)
     return comm;
 }
 
+/* Called after publishing anything a waiter looks at.  Waiters that may
+ * sleep count themselves in `sleepers` before they look a last time
+ * (hccl_op_run), so with the fence either they see what was published or this
+ * sees them; with nobody counted, the shared epoch word is left alone. */
 void hccl_wake(hccl_comm_t *comm)
 {
-    atomic_fetch_add(&comm->header->epoch, 1);
-    if (atomic_load(&comm->header->sleepers) != 0)
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&comm->header->sleepers) != 0) {
+        atomic_fetch_add(&comm->header->epoch, 1);
         sim_futex_wake(&comm->header->epoch, true);
+    }
 }
 
 void hccl_publish(hccl_comm_t *comm, uint64_t progress)

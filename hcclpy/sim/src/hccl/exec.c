@@ -32,9 +32,15 @@ static bool is_collective(uint32_t type)
     return type != HCCL_CMD_SEND && type != HCCL_CMD_RECEIVE && type != HCCL_CMD_BATCH_SEND_RECV;
 }
 
-static const op_desc_t *desc_of(const hccl_comm_t *comm, uint32_t rank)
+/* Rank `rank`'s descriptor of collective `op` (the copy its parity selects). */
+static const op_desc_t *desc_of(const op_task_t *op, uint32_t rank)
 {
-    return &comm_slot(comm, rank)->op;
+    return &comm_slot(op->comm, rank)->op[op->cseq & 1];
+}
+
+static char *eager_of(const op_task_t *op, uint32_t rank)
+{
+    return comm_slot(op->comm, rank)->eager[op->cseq & 1];
 }
 
 static char *buffer_of(const hccl_comm_t *comm, uint32_t rank, uint64_t offset)
@@ -123,9 +129,9 @@ static int check_signatures(op_task_t *op)
     pthread_once(&g_desync_once, load_desync_setting);
     if (!g_desync_checks)
         return STEP_DONE;
-    const op_desc_t *mine = desc_of(comm, comm->rank);
+    const op_desc_t *mine = desc_of(op, comm->rank);
     for (uint32_t r = 0; r < comm->nranks; r++) {
-        const op_desc_t *theirs = desc_of(comm, r);
+        const op_desc_t *theirs = desc_of(op, r);
         if (r == comm->rank || same_call(mine, theirs))
             continue;
         char a[160], b[160];
@@ -178,7 +184,7 @@ static int work_all_reduce(op_task_t *op, size_t elem)
     if (hi == lo)
         return STEP_DONE;
     for (uint32_t r = 0; r < comm->nranks; r++) {
-        const op_desc_t *d = desc_of(comm, r);
+        const op_desc_t *d = desc_of(op, r);
         comm->scratch_in[r] = buffer_of(comm, r, d->send_offset) + lo * elem;
         comm->scratch_out[r] = buffer_of(comm, r, d->recv_offset) + lo * elem;
     }
@@ -194,8 +200,8 @@ static int work_reduce(op_task_t *op, size_t elem)
     if (hi == lo)
         return STEP_DONE;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem;
-    comm->scratch_out[0] = buffer_of(comm, op->root, desc_of(comm, op->root)->recv_offset) + lo * elem;
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(op, r)->send_offset) + lo * elem;
+    comm->scratch_out[0] = buffer_of(comm, op->root, desc_of(op, op->root)->recv_offset) + lo * elem;
     hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, hi - lo, op->dtype, op->op, op->streaming);
     return STEP_DONE;
 }
@@ -205,10 +211,10 @@ static int work_broadcast(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t lo, hi;
     share(op->count, comm->nranks, comm->rank, elem, &lo, &hi);
-    const char *src = buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + lo * elem;
+    const char *src = buffer_of(comm, op->root, desc_of(op, op->root)->send_offset) + lo * elem;
     for (uint32_t r = 0; r < comm->nranks && hi > lo; r++)
         if (r != op->root)
-            sim_copy(buffer_of(comm, r, desc_of(comm, r)->send_offset) + lo * elem, src, (hi - lo) * elem,
+            sim_copy(buffer_of(comm, r, desc_of(op, r)->send_offset) + lo * elem, src, (hi - lo) * elem,
                       op->streaming);
     return STEP_DONE;
 }
@@ -218,7 +224,7 @@ static int work_all_gather(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        sim_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
+        sim_copy(buffer_of(comm, r, desc_of(op, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
                   op->streaming);
     return STEP_DONE;
 }
@@ -228,7 +234,7 @@ static int work_reduce_scatter(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + comm->rank * bytes;
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(op, r)->send_offset) + comm->rank * bytes;
     comm->scratch_out[0] = op->recv;
     hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)comm->nranks, op->count, op->dtype, op->op, op->streaming);
     return STEP_DONE;
@@ -239,7 +245,7 @@ static int work_all_to_all(op_task_t *op, size_t elem)
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
     for (uint32_t r = 0; r < comm->nranks; r++)
-        sim_copy(buffer_of(comm, r, desc_of(comm, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
+        sim_copy(buffer_of(comm, r, desc_of(op, r)->recv_offset) + comm->rank * bytes, (char *)op->send + r * bytes,
                   bytes, op->streaming);
     return STEP_DONE;
 }
@@ -248,7 +254,7 @@ static int work_scatter(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
-    sim_copy(op->recv, buffer_of(comm, op->root, desc_of(comm, op->root)->send_offset) + comm->rank * bytes,
+    sim_copy(op->recv, buffer_of(comm, op->root, desc_of(op, op->root)->send_offset) + comm->rank * bytes,
               bytes, op->streaming);
     return STEP_DONE;
 }
@@ -267,7 +273,7 @@ static int work_all_to_all_v(op_task_t *op, size_t elem)
             return hccl_error(HCCL_E_PARA, "all_to_all_v #%llu on '%s': rank %u sends %llu elements to rank %u, "
                               "which expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
                               (unsigned long long)count, me, r, (unsigned long long)recv_counts[r]);
-        sim_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + displ * elem,
+        sim_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(op, r)->send_offset) + displ * elem,
                   count * elem, false);
     }
     return STEP_DONE;
@@ -284,7 +290,7 @@ static int work_all_to_all_vc(op_task_t *op, size_t elem)
         for (uint32_t k = 0; k < me; k++)
             send_at += m[(uint64_t)r * n + k];
         uint64_t count = m[(uint64_t)r * n + me];
-        sim_copy((char *)op->recv + recv_at * elem, buffer_of(comm, r, desc_of(comm, r)->send_offset) + send_at * elem,
+        sim_copy((char *)op->recv + recv_at * elem, buffer_of(comm, r, desc_of(op, r)->send_offset) + send_at * elem,
                   count * elem, false);
         recv_at += count;
     }
@@ -298,7 +304,7 @@ static int work_all_gather_v(op_task_t *op, size_t elem)
     uint32_t n = comm->nranks;
     const uint64_t *recv_counts = op->vectors, *displs = op->vectors + n;
     for (uint32_t r = 0; r < n; r++) {
-        const op_desc_t *d = desc_of(comm, r);
+        const op_desc_t *d = desc_of(op, r);
         if (d->count != recv_counts[r])
             return hccl_error(HCCL_E_PARA, "all_gather_v #%llu on '%s': rank %u sends %llu elements, but rank %u "
                               "expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
@@ -320,11 +326,84 @@ static int work_reduce_scatter_v(op_task_t *op, size_t elem)
                               "%llu elements, but rank %u has recvCount = %llu", (unsigned long long)op->cseq,
                               comm->name, r, me, (unsigned long long)theirs[me], me,
                               (unsigned long long)op->recv_count);
-        comm->scratch_in[r] = buffer_of(comm, r, desc_of(comm, r)->send_offset) + theirs[n + me] * elem;
+        comm->scratch_in[r] = buffer_of(comm, r, desc_of(op, r)->send_offset) + theirs[n + me] * elem;
     }
     comm->scratch_out[0] = op->recv;
     hccl_reduce(comm->scratch_out, 1, comm->scratch_in, (int)n, op->recv_count, op->dtype, op->op, op->streaming);
     return STEP_DONE;
+}
+
+/* ------------------------------------------------------------------ eager
+ *
+ * When no rank contributes more than HCCL_SIM_EAGER_BYTES, each rank copies
+ * its contribution into its slot as it announces the operation, and once all
+ * have arrived computes its own outputs from the slots.  No rank touches
+ * another's buffers, so none waits for the others to finish: one exchange
+ * instead of two, which is most of a small operation's latency.  The slot's
+ * two copies (by parity) keep the data a slower peer still reads. */
+
+/* The most a rank contributes to `op` when it can go eager, else UINT64_MAX.
+ * It depends only on what every rank passes alike, so all ranks agree. */
+static uint64_t eager_bytes(const op_task_t *op, size_t elem)
+{
+    uint64_t n = op->comm->nranks;
+    switch (op->type) {
+    case HCCL_CMD_ALLREDUCE:
+    case HCCL_CMD_REDUCE:
+    case HCCL_CMD_ALLGATHER:
+    case HCCL_CMD_BROADCAST: return op->count * elem;
+    case HCCL_CMD_REDUCE_SCATTER:
+    case HCCL_CMD_ALLTOALL:
+    case HCCL_CMD_SCATTER: return op->count * elem * n;
+    case HCCL_CMD_BARRIER: return 0;
+    default: return UINT64_MAX;
+    }
+}
+
+static bool is_eager(const op_task_t *op)
+{
+    return eager_bytes(op, hccl_dtype_size(op->dtype)) <= HCCL_SIM_EAGER_BYTES;
+}
+
+static void post_eager(op_task_t *op)
+{
+    uint64_t bytes = eager_bytes(op, hccl_dtype_size(op->dtype));
+    bool rooted = op->type == HCCL_CMD_BROADCAST || op->type == HCCL_CMD_SCATTER;
+    if (bytes > 0 && (!rooted || op->root == op->comm->rank))
+        memcpy(eager_of(op, op->comm->rank), op->send, bytes);
+}
+
+static int work_eager(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks, me = comm->rank;
+    uint64_t bytes = op->count * hccl_dtype_size(op->dtype);
+    switch (op->type) {
+    case HCCL_CMD_ALLREDUCE:
+    case HCCL_CMD_REDUCE:
+    case HCCL_CMD_REDUCE_SCATTER:
+        if (op->recv == NULL) /* a reduce's other ranks */
+            return STEP_DONE;
+        for (uint32_t r = 0; r < n; r++)
+            comm->scratch_in[r] = eager_of(op, r) + (op->type == HCCL_CMD_REDUCE_SCATTER ? me * bytes : 0);
+        hccl_reduce(&op->recv, 1, comm->scratch_in, (int)n, op->count, op->dtype, op->op, false);
+        return STEP_DONE;
+    case HCCL_CMD_BROADCAST:
+        if (me != op->root)
+            memcpy(op->send, eager_of(op, op->root), bytes);
+        return STEP_DONE;
+    case HCCL_CMD_SCATTER:
+        memcpy(op->recv, eager_of(op, op->root) + me * bytes, bytes);
+        return STEP_DONE;
+    case HCCL_CMD_ALLGATHER:
+    case HCCL_CMD_ALLTOALL:
+        for (uint32_t r = 0; r < n; r++)
+            memcpy((char *)op->recv + r * bytes, eager_of(op, r) + (op->type == HCCL_CMD_ALLTOALL ? me * bytes : 0),
+                   bytes);
+        return STEP_DONE;
+    default: /* barrier: arriving was all */
+        return STEP_DONE;
+    }
 }
 
 static int do_work(op_task_t *op)
@@ -361,7 +440,7 @@ static void publish_descriptor(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
     uint32_t n = comm->nranks;
-    op_desc_t *d = &comm_slot(comm, comm->rank)->op;
+    op_desc_t *d = &comm_slot(comm, comm->rank)->op[op->cseq & 1];
     d->seq = op->cseq;
     d->type = op->type;
     d->dtype = op->dtype;
@@ -384,6 +463,8 @@ static int step_collective(op_task_t *op)
     switch (op->phase) {
     case 0:
         publish_descriptor(op);
+        if (is_eager(op))
+            post_eager(op);
         hccl_publish(comm, PROGRESS(op->cseq, 1));
         op->phase = 1;
         /* fall through */
@@ -391,6 +472,8 @@ static int step_collective(op_task_t *op)
         if (!all_reached(comm, PROGRESS(op->cseq, 1)))
             return STEP_BLOCKED;
         int rc = check_signatures(op);
+        if (rc == STEP_DONE && is_eager(op))
+            return work_eager(op); /* nobody waits for this rank to finish */
         if (rc == STEP_DONE)
             rc = do_work(op);
         if (rc != STEP_DONE)
@@ -632,9 +715,12 @@ static int check_health(op_task_t *op)
     return HCCL_SUCCESS;
 }
 
-int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
+/* Runs the operation until it is done, fails or passes the caller's
+ * deadline.  A waiter about to sleep first counts itself in `sleepers` and
+ * looks once more (`announced`): publishers only wake when someone is counted
+ * (hccl_wake), so the common, spinning wait costs them no shared write. */
+static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
 {
-    op_task_t *op = (op_task_t *)task;
     hccl_comm_t *comm = op->comm;
     seg_header_t *header = comm->header;
     sim_backoff_t backoff;
@@ -642,7 +728,7 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
     backoff.no_spin = comm->oversubscribed;
     int64_t next_health = 0; /* the clock is read once the operation has to wait: most never do */
     for (;;) {
-        uint32_t epoch = atomic_load(&header->epoch);
+        uint32_t epoch = atomic_load(&header->epoch); /* read before step() looks at the peers */
         int rc = step(op);
         if (rc == STEP_DONE) {
             finish(op);
@@ -679,17 +765,30 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
             return SIM_TASK_AGAIN;
         if (!sim_backoff_step(&backoff))
             continue;
+        if (!*announced) {
+            atomic_fetch_add(&header->sleepers, 1);
+            atomic_thread_fence(memory_order_seq_cst); /* pairs with the one in hccl_wake */
+            *announced = true;
+            continue; /* what was published before this is seen by the next step */
+        }
         /* About to sleep: the rank we wait for may be this process's, with
          * its work sitting on a stream nobody runs. */
         sim_kick_idle_streams();
         int64_t slice = SLEEP_SLICE_NS;
         slice = SIM_MIN(slice, SIM_MAX(0, op->deadline_ns - now));
         slice = SIM_MIN(slice, SIM_MAX(0, caller_deadline_ns - now));
-        atomic_fetch_add(&header->sleepers, 1);
-        if (atomic_load(&header->epoch) == epoch)
-            sim_futex_wait(&header->epoch, epoch, slice, true);
-        atomic_fetch_sub(&header->sleepers, 1);
+        sim_futex_wait(&header->epoch, epoch, slice, true);
     }
+}
+
+int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
+{
+    op_task_t *op = (op_task_t *)task;
+    bool announced = false;
+    int rc = run_op(op, caller_deadline_ns, &announced);
+    if (announced)
+        atomic_fetch_sub(&op->comm->header->sleepers, 1);
+    return rc;
 }
 
 /* The stream failed before this operation ran: the peers would wait for it

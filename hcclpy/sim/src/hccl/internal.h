@@ -25,6 +25,8 @@ typedef struct {
 /* -------------------------------------------------------- control segment */
 
 #define SEG_HEADER_BYTES 65536u
+/* Collectives to which no rank contributes more than this go eager (exec.c). */
+#define HCCL_SIM_EAGER_BYTES 256u
 #define SEG_SUBCOMM_ENTRIES 64
 
 enum { SLOT_FREE = 0, SLOT_CLAIMED, SLOT_JOINED, SLOT_LEFT };
@@ -46,7 +48,7 @@ typedef struct {
     _Atomic uint32_t joined;
     uint64_t slot_bytes;
     uint64_t total_bytes;
-    SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped whenever any rank publishes progress */
+    SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped on publishing while a waiter sleeps */
     _Atomic uint32_t sleepers;
     SIM_ALIGNED _Atomic uint32_t abort_code; /* HcclResult that broke the communicator */
     _Atomic uint32_t abort_text_ready;
@@ -79,7 +81,11 @@ typedef struct {
     char node[64];
     sim_arena_loc_t arena;
     char name[HCCL_SIM_NAME_BYTES];
-    SIM_ALIGNED op_desc_t op;
+    /* The announced collective and, for a small one, its data (exec.c), in
+     * two copies used by turns (sequence number parity): a rank may start its
+     * next collective while a peer still reads its previous one. */
+    SIM_ALIGNED op_desc_t op[2];
+    SIM_ALIGNED char eager[2][HCCL_SIM_EAGER_BYTES];
 } slot_head_t;
 
 /* Point-to-point channel from a sender to one receiver (in the sender's slot). */
