@@ -5,10 +5,13 @@
  * runs the pending tasks itself, so "enqueue, then synchronise" costs no
  * thread hand-off.  Every stream also has a worker thread for work nobody
  * waits for (a peer rank depends on it, another stream waits on an event).
- * The worker does not take a task the moment it is queued: it polls every few
- * hundred microseconds while the stream is busy and leaves young tasks to a
- * synchronising thread, so the common path needs no system call and no
- * wake-up; after a quiet spell it sleeps until the next enqueue wakes it.
+ * The worker does not take a task the moment it is queued: it polls while the
+ * stream is busy and leaves young tasks to a synchronising thread, so the
+ * common path needs no system call and no wake-up; after a quiet spell it
+ * sleeps until the next enqueue wakes it.  The polls start a few hundred
+ * microseconds apart and spread out while synchronising threads do all the
+ * work: each poll is a context switch that takes a core from a rank, and with
+ * ranks in lockstep one rank's stall is every rank's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +22,8 @@
 #include "acl/acl.h"
 #include "acl/runtime.h"
 
-#define WORKER_POLL_NS (200 * 1000)         /* light sleep between polls */
+#define WORKER_POLL_NS (200 * 1000)         /* light sleep between polls, at first */
+#define WORKER_POLL_MAX_NS (2 * SIM_NS_PER_MS) /* ... doubling up to this while there is nothing to take */
 #define WORKER_GRACE_NS (100 * 1000)        /* leave younger tasks to a synchronising thread */
 #define WORKER_DEEP_AFTER_NS (20 * SIM_NS_PER_MS)
 #define SYNC_SLEEP_SLICE_NS (10 * SIM_NS_PER_MS)
@@ -192,6 +196,7 @@ static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, boo
 static void *worker_main(void *arg)
 {
     sim_stream_t *stream = arg;
+    int64_t poll = WORKER_POLL_NS;
     while (!atomic_load(&stream->stopping)) {
         uint32_t seen = atomic_load(&stream->wake_word);
         if (has_pending(stream) && atomic_load(&stream->runner) == 0) {
@@ -201,14 +206,14 @@ static void *worker_main(void *arg)
             if (age >= WORKER_GRACE_NS && atomic_load(&stream->handover) == 0 && claim(stream)) {
                 drain(stream, UINT64_MAX, SIM_NO_DEADLINE, true);
                 release_claim(stream);
+                poll = WORKER_POLL_NS; /* work nobody waited for: look often again */
                 continue;
             }
-            sim_futex_wait(&stream->wake_word, seen, WORKER_GRACE_NS, false);
-            continue;
         }
         int64_t idle = sim_now_ns() - atomic_load(&stream->last_enqueue_ns);
         if (idle < WORKER_DEEP_AFTER_NS || has_pending(stream)) {
-            sim_futex_wait(&stream->wake_word, seen, WORKER_POLL_NS, false);
+            sim_futex_wait(&stream->wake_word, seen, poll, false);
+            poll = SIM_MIN(2 * poll, WORKER_POLL_MAX_NS);
             continue;
         }
         atomic_store(&stream->worker_state, WORKER_DEEP);
