@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _SUM = ReduceOp.SUM
+_SUM_CODE = _SUM._value_  # the default op, recognised by identity before the dictionary lookup
 
 # The flight recorder (hcclpy._trace), as module globals: the hot path reads them fastest so.
 _ring, _ring_mask, _marks, _now = _trace.ring, _trace.mask, _trace.counter, _trace.now
@@ -343,7 +344,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
         target = send if recv is None else recv
         if st is not None and type(target) is DeviceArray:
             sa, ta, device = send._alloc, target._alloc, comm._device_id
-            code = _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
             if (code is not None and sa.live_device == device and ta.live_device == device
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
@@ -400,7 +401,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         target = send if recv is None or not is_root else recv
         if st is not None and 0 <= root < comm._size and type(target) is DeviceArray:
             sa, ta, device = send._alloc, target._alloc, comm._device_id
-            code = _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
             if (code is not None and sa.live_device == device and ta.live_device == device
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
@@ -445,7 +446,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
         st = _fast(comm, stream)
         if st is not None:
             sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, recv._size
-            code = _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
             if (code is not None and sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size == n * comm._size and sa is not ra):
                 _done(comm._api.HcclReduceScatter(send._cptr, recv._cptr, n, send._dtype_c, code, comm._handle,
@@ -488,7 +489,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
     if type(send) is DeviceArray and type(recv) is DeviceArray:
         st = _fast(comm, stream)
         layout = _known_layout(comm, _SEND, send_counts, send_displs) if st is not None else None
-        code = _OP_CODES.get(op) if type(op) is not bool else None
+        code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
         if layout is not None and code is not None:
             counts, c_counts, c_displs, extent = layout
             mine, device = counts[comm._rank], comm._device_id
