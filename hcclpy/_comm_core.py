@@ -39,7 +39,7 @@ class CommCore:
         self._trace_info = (name, rank, size)
         self._trace_seq = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
-        self._layout_memo: list = [None, None]  # the last send-side and receive-side layout found there
+        self._layout_memo: list = [None, None, None]  # the last send-side, receive-side and matrix layout found there
 
     @property
     def rank(self) -> int:

@@ -106,3 +106,37 @@ def test_a_layout_list_changed_in_place_is_checked_again(comm: hcclpy.Communicat
     with pytest.raises(ValueError, match="negative|non-negative"):
         call(comm, send, recv, counts)
     comm.device.default_stream.synchronize()
+
+
+def test_a_count_matrix_changed_in_place_is_checked_again(comm: hcclpy.Communicator) -> None:
+    """all_to_all_vc's memo of the last matrix (the same list object) compares its values too."""
+    send, recv = _arrays(comm)
+    matrix = [[N]]
+    for _ in range(4):  # checked, found, found again (the memo copies the values), then from the memo
+        comm.all_to_all_vc(send, recv, matrix)
+    comm.device.default_stream.synchronize()
+    assert comm._layout_memo[_ops._MATRIX][2] is not None  # armed
+    known = len(comm._layouts)
+    matrix[0][0] = N // 2  # a row changed in place: a different, valid matrix
+    recv.fill_zero()
+    comm.all_to_all_vc(send, recv, matrix)
+    comm.device.default_stream.synchronize()
+    assert len(comm._layouts) > known  # checked and remembered
+    assert recv.to_numpy().tolist() == list(range(N // 2)) + [0] * (N - N // 2)
+    matrix[0] = [-1]
+    with pytest.raises(ValueError, match="non-negative"):
+        comm.all_to_all_vc(send, recv, matrix)
+    comm.device.default_stream.synchronize()
+
+
+def test_a_matrix_row_replaced_by_an_array_misses_the_memo() -> None:
+    """Rows compared element-wise (NumPy arrays) cannot hit the memo; the lookup says "unknown"."""
+    matrix = [[1, 2], [3, 4]]
+    layout = object()
+    fake = type("Comm", (), {})()
+    fake._layouts = {("matrix", ((1, 2), (3, 4))): layout}
+    fake._layout_memo = [None, None, None]
+    assert _ops._known_matrix(fake, matrix) is layout
+    assert _ops._known_matrix(fake, matrix) is layout  # armed now
+    matrix[0] = np.array([1, 2])
+    assert _ops._known_matrix(fake, matrix) is None

@@ -250,7 +250,7 @@ def _no_out(out: Any) -> None:
 # dictionary of every layout checked so far, keyed by value. The memo copies the lists' values
 # only when the same objects come a second time: a caller that builds new lists for every call
 # pays for remembering two references, not for two copies.
-_SEND, _RECV = 0, 1
+_SEND, _RECV, _MATRIX = 0, 1, 2  # the memo's sides; _MATRIX: all_to_all_vc's count matrix
 _UNARMED = object()  # equal to no list: a memo that only remembers which objects came last
 
 
@@ -288,6 +288,29 @@ def _known_layout(comm: CommCore, side: int, counts: Any, displs: Any) -> Any:
                                    layout)
     else:
         comm._layout_memo[side] = (given_counts, given_displs, _UNARMED, _UNARMED, None)
+    return layout
+
+
+def _known_matrix(comm: CommCore, matrix: Any) -> Any:
+    """The remembered layout of an all_to_all_vc count matrix (a list or tuple of rows) as the
+    caller passed it, or None when it was not checked before; with a memo of the last matrix, as
+    :func:`_known_layout` has for count lists."""
+    memo = comm._layout_memo[_MATRIX]
+    again = memo is not None and memo[0] is matrix
+    try:
+        if again and memo[1] == matrix:
+            return memo[2]
+    except ValueError:  # rows replaced in place by arrays, which compare element-wise
+        return None
+    rows = tuple(map(tuple, matrix))  # tuple() of a row that is a tuple returns the row itself
+    layout = comm._layouts.get(("matrix", rows))
+    if layout is None or type(sum(map(sum, rows))) is not int:  # ints only, as for _known_layout
+        return None
+    if again:  # a copy of the values, in the caller's containers so that == compares them
+        copy = [list(row) if type(row) is list else row for row in matrix]
+        comm._layout_memo[_MATRIX] = (matrix, copy if type(matrix) is list else tuple(copy), layout)
+    else:
+        comm._layout_memo[_MATRIX] = (matrix, _UNARMED, None)
     return layout
 
 
@@ -785,10 +808,8 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     ``all_to_all_vc(array, matrix)``."""
     if type(send) is DeviceArray and type(recv) is DeviceArray and type(send_count_matrix) in (list, tuple):
         st = _fast(comm, stream)
-        # tuple() of a row that is a tuple returns the row itself: no copy in the common cases.
-        key = ("matrix", tuple(map(tuple, send_count_matrix))) if st is not None else None
-        layout = comm._layouts.get(key)
-        if layout is not None and type(sum(map(sum, key[1]))) is int:  # ints only, as for _known_layout
+        layout = _known_matrix(comm, send_count_matrix) if st is not None else None
+        if layout is not None:
             c_flat, sent, received = layout
             device = comm._device_id
             if (send._alloc.live_device == device and recv._alloc.live_device == device
