@@ -263,10 +263,10 @@ static inline void cpu_relax(void)
 
 /* Spinning is only worth it while another core can make the progress we wait
  * for; with more runnable ranks than cores (8 ranks on CI's 2 cores) long spins
- * livelock, so the spin phase is short and yields come early. */
-/* The first rounds look again after a single pause (tens of nanoseconds on
- * recent x86): the other rank is usually microseconds away, and a waiter that
- * looked only every 16 pauses noticed it ~0.2 us late on average. */
+ * livelock, so the spin phase is short and yields come early.  The first rounds
+ * look again after a single pause (tens of nanoseconds on recent x86): the
+ * other rank is usually a few microseconds away, and a waiter that looked only
+ * every 16 pauses noticed it ~0.2 us late on average. */
 enum { QUICK_ROUNDS = 512, SPIN_ROUNDS = QUICK_ROUNDS + 256, YIELD_ROUNDS = 64 };
 #define BACKOFF_SLEEP_AFTER_NS (200 * 1000)
 
