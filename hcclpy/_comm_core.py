@@ -19,7 +19,8 @@ class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
-                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts", "_layout_memo", "_trace_info", "_trace_seq")
+                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
+                 "_layout_memo", "_trace_info", "_trace_seq")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle

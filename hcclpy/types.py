@@ -6,7 +6,6 @@ dtypes through :func:`as_datatype`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from typing import Any, Dict, Optional
 
@@ -92,16 +91,16 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
             pass
     else:
         try:
-            known = _RESOLVED.get(value)
+            return _RESOLVED[value]
+        except KeyError:
+            hashable = True
         except TypeError:  # unhashable: resolved by name below, then refused
-            known = None
-        if known is not None:
-            return known
+            hashable = False
         name = _name_of(value)
         if name is not None and name in _BY_NAME:
-            if len(_RESOLVED) >= 256:
-                _RESOLVED.clear()
-            with contextlib.suppress(TypeError):
+            if hashable:
+                if len(_RESOLVED) >= 256:
+                    _RESOLVED.clear()
                 _RESOLVED[value] = _BY_NAME[name]
             return _BY_NAME[name]
     supported = ", ".join(sorted({d.name.lower() for d in DataType}))

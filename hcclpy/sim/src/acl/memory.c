@@ -299,22 +299,26 @@ static bool arena_room(sim_arena_t *arena, const void *ptr, uint64_t *room, uint
     return inside;
 }
 
-int sim_pointer_device(const void *ptr, uint64_t *room)
+/* The device memory `ptr` points into (inside an allocation or not), or NULL. */
+static sim_arena_t *arena_holding(const void *ptr)
 {
-    if (ptr == NULL)
-        return -1;
     for (int d = 0; d < SIM_MAX_DEVICES; d++) {
         sim_arena_t *arena = __atomic_load_n(&g_arenas[d], __ATOMIC_ACQUIRE);
-        if (arena_contains(arena, ptr)) {
-            uint64_t left = 0;
-            if (!arena_room(arena, ptr, &left, NULL))
-                return -1;
-            if (room != NULL)
-                *room = left;
-            return d;
-        }
+        if (arena_contains(arena, ptr))
+            return arena;
     }
-    return -1;
+    return NULL;
+}
+
+int sim_pointer_device(const void *ptr, uint64_t *room)
+{
+    sim_arena_t *arena = ptr == NULL ? NULL : arena_holding(ptr);
+    uint64_t left = 0;
+    if (arena == NULL || !arena_room(arena, ptr, &left, NULL))
+        return -1;
+    if (room != NULL)
+        *room = left;
+    return arena->device;
 }
 
 int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offset, char *why, size_t why_len)
@@ -556,14 +560,9 @@ SIM_EXPORT aclError aclrtFree(void *devPtr)
 {
     if (devPtr == NULL)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
-    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
-        sim_arena_t *arena = __atomic_load_n(&g_arenas[d], __ATOMIC_ACQUIRE);
-        if (arena_contains(arena, devPtr)) {
-            if (arena_free(arena, devPtr))
-                return ACL_SUCCESS;
-            break;
-        }
-    }
+    sim_arena_t *arena = arena_holding(devPtr);
+    if (arena != NULL && arena_free(arena, devPtr))
+        return ACL_SUCCESS;
     return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was not returned by aclrtMalloc (or was already freed)",
                      devPtr);
 }
@@ -591,14 +590,6 @@ SIM_EXPORT aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_bytes, size_
 
 /* -------------------------------------------------- synchronous copy / set */
 
-static bool in_device_memory(const void *ptr)
-{
-    for (int d = 0; d < SIM_MAX_DEVICES; d++)
-        if (arena_contains(__atomic_load_n(&g_arenas[d], __ATOMIC_ACQUIRE), ptr))
-            return true;
-    return false;
-}
-
 /* Checks one side of a copy: device memory must hold `bytes` from `ptr`. */
 static int check_side(const char *api, const char *what, const void *ptr, uint64_t bytes, bool must_be_device)
 {
@@ -610,7 +601,7 @@ static int check_side(const char *api, const char *what, const void *ptr, uint64
         /* Host memory cannot be checked, but device memory outside every live allocation can: a
          * freed device buffer taken for host memory would be copied as far as `bytes` says, past
          * the end of the device's memory. */
-        if (in_device_memory(ptr))
+        if (arena_holding(ptr) != NULL)
             return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is device memory outside any live allocation "
                              "(freed, or past the end of one)", api, what, ptr);
         return ACL_SUCCESS;
