@@ -5,9 +5,16 @@ of the communicator's own, copies the result back and returns it: they block, an
 new array unless ``out=`` names one to write. The scratch buffers are cached per communicator and
 grow to the largest size used, so steady-state calls allocate nothing on the device.
 
-Element-wise operations (all_reduce, broadcast, reduce) move large arrays in chunks: each chunk is
-copied in, reduced and copied out while it is still in cache, which keeps the NumPy path close to
-the device-array one.
+Element-wise operations (all_reduce, broadcast, reduce) move large arrays in chunks, in one of two
+ways (``HCCLPY_HOST_STAGING``):
+
+* ``pinned``: each chunk is copied into one of two pinned host buffers and from there to the
+  device asynchronously, and its result comes back the same way, so the host copies of one chunk
+  overlap the device's copies and collective on the other. The default on CANN, where a copy from
+  pageable memory returns only when it is done.
+* ``direct``: each chunk is copied straight from and to the array (AscendCL returns once such a
+  copy is done), reduced in between while it is still in cache. The default on the simulator,
+  where a device copy is a host memcpy too: the pinned buffers would only add two passes.
 
 Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
 C-contiguous is copied to a contiguous one first; ``out`` must be a writable, C-contiguous array
@@ -16,6 +23,7 @@ of the result's dtype and size.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -26,7 +34,7 @@ import numpy as np
 
 from . import _ffi, collectives
 from ._comm_core import CommCore
-from .runtime import DeviceArray, Stream, empty
+from .runtime import DeviceArray, Stream, empty, pinned_empty
 from .types import DataType, ReduceOp, as_datatype
 
 __all__ = [
@@ -37,6 +45,18 @@ __all__ = [
 
 # Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
 CHUNK_BYTES = int(os.environ.get("HCCLPY_HOST_CHUNK_BYTES", str(2 << 20)))
+STAGING_MODES = ("auto", "pinned", "direct")
+
+
+def staging_mode() -> str:
+    """How element-wise operations stage host arrays here: ``"pinned"`` or ``"direct"`` (from
+    ``HCCLPY_HOST_STAGING``; ``auto``, the default, is pinned on CANN and direct on the simulator)."""
+    mode = os.environ.get("HCCLPY_HOST_STAGING", "auto").strip().lower() or "auto"
+    if mode not in STAGING_MODES:
+        raise ValueError(f"HCCLPY_HOST_STAGING is {mode!r}; use one of {', '.join(STAGING_MODES)}")
+    if mode == "auto":
+        mode = "pinned" if _ffi.api().backend == "cann" else "direct"
+    return mode
 
 
 class _Staging:
@@ -45,10 +65,15 @@ class _Staging:
     def __init__(self, comm: CommCore) -> None:
         # The scratch buffers are shared: calls from several threads take turns.
         self.lock = threading.Lock()
+        self.pinned = staging_mode() == "pinned"
         self.stream: Stream = comm.device.create_stream()
         self._buffers: Dict[str, DeviceArray] = {}
         self._views: Dict[Tuple[str, int, DataType], DeviceArray] = {}
         self._device = comm.device
+        # Pinned mode: two host buffers (with C pointers to them) and the events that say when the
+        # device is done with each.
+        self._host: List[Optional[Tuple[np.ndarray, Any]]] = [None, None]
+        self.events = [self._device.create_event(timing=False) for _ in range(2)] if self.pinned else []
 
     def buffer(self, slot: str, count: int, dtype: DataType) -> DeviceArray:
         """``count`` elements of scratch named ``slot`` (reused; grown to a power of two)."""
@@ -69,11 +94,24 @@ class _Staging:
         view = self._views[key] = current[: count * dtype.itemsize].view(dtype)
         return view
 
+    def host(self, slot: int, nbytes: int) -> Any:
+        """A C pointer to ``nbytes`` of pinned host memory in buffer ``slot`` (0 or 1; reused, grown
+        to a power of two)."""
+        current = self._host[slot]
+        if current is None or current[0].nbytes < nbytes:
+            self._host[slot] = None  # the old buffer goes before the new one is allocated
+            array = pinned_empty(1 << (max(nbytes, 1) - 1).bit_length(), "uint8")
+            current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
+        return current[1]
+
     def close(self) -> None:
         self._views.clear()
         for buf in self._buffers.values():
             buf.close()
         self._buffers.clear()
+        self._host = [None, None]
+        for event in self.events:
+            event.close()
         self.stream.close()
 
 
@@ -162,7 +200,7 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     (C pointers to host memory; either may be None on ranks that lack it)."""
     staging = _staging(comm)
     with staging.lock:
-        _chunks(staging, src, dst, count, dtype, run)
+        (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
 
 
 def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
@@ -182,6 +220,53 @@ def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, 
         if dst is not None:
             _copy(stream, dst + offset, produced._cptr, nbytes, _D2H)
     stream.synchronize()
+
+
+def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
+    """:func:`_chunks` through two pinned host buffers, taken in turn: while the device copies and
+    reduces one chunk, the host copies the next one in and the one before out."""
+    stream = staging.stream
+    itemsize = dtype.itemsize
+    step = max(CHUNK_BYTES // itemsize, 1)
+    first = min(step, count)
+    slots = [(staging.buffer(f"send{i}", first, dtype), staging.buffer(f"recv{i}", first, dtype),
+              staging.host(i, first * itemsize), staging.events[i]) for i in (0, 1)]
+    waiting: List[Optional[Tuple[int, int]]] = [None, None]  # a slot's chunk in flight: (offset, nbytes)
+
+    def finish(slot: int) -> None:
+        """Wait until the device is done with ``slot``, then copy its result out."""
+        chunk, waiting[slot] = waiting[slot], None
+        if chunk is not None:
+            slots[slot][3].synchronize()
+            if dst is not None:
+                _ffi.memmove(dst + chunk[0], slots[slot][2], chunk[1])
+
+    try:
+        for index, start in enumerate(range(0, count, step)):
+            slot = index & 1
+            finish(slot)
+            send, recv, host, done = slots[slot]
+            length = min(step, count - start)
+            if length != len(send):  # only the last chunk can be shorter
+                send, recv = send[:length], recv[:length]
+            offset, nbytes = start * itemsize, length * itemsize
+            if src is not None:
+                _ffi.memmove(host, src + offset, nbytes)
+                _copy(stream, send._cptr, host, nbytes, _H2D)
+            produced = run(send, recv, stream)
+            if dst is not None:
+                _copy(stream, host, produced._cptr, nbytes, _D2H)
+            done.record(stream)
+            waiting[slot] = (offset, nbytes)
+        last = (count - 1) // step & 1 if count else 0
+        finish(last ^ 1)  # the older chunk first
+        finish(last)
+        stream.synchronize()
+    except BaseException:
+        # The device may still read or write the pinned buffers: let it finish before they are reused.
+        with contextlib.suppress(Exception):
+            stream.synchronize()
+        raise
 
 
 def _copy_pieces(stream: Stream, device: Any, pieces: Any, nbytes: int, kind: int) -> None:

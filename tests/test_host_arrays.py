@@ -1,7 +1,8 @@
 """Every operation on NumPy arrays (``hcclpy.host``, reached through the ``Communicator`` methods)
 against a NumPy reference: 1-4 ranks as threads, every dtype (bfloat16 through ml_dtypes),
-multi-dimensional and non-contiguous inputs, ``out=``, the chunked path with a partial last chunk,
-hypothesis properties, argument errors, and the steady state (no new device scratch).
+multi-dimensional and non-contiguous inputs, ``out=``, the chunked path with a partial last chunk
+(direct and pinned staging, as threads and as processes), hypothesis properties, argument errors,
+and the steady state (no new device scratch or pinned buffers).
 
 Each rank computes every rank's input (``ranks.make_input``), runs its operations and returns a list
 of mismatches, so one run reports all of them. Results are compared bit for bit.
@@ -31,9 +32,12 @@ LAYOUTS = ("contiguous", "strided", "fortran")
 Shape = Tuple[int, ...]
 
 
-def run(size: int, fn: Callable[..., List[str]], *args: Any, timeout: float = 90.0) -> None:
-    """Run ``fn`` as ``size`` thread ranks; fail with every rank's mismatches."""
-    results = ranks.run_threads(fn, size, *args, timeout=timeout, env={"HCCL_EXEC_TIMEOUT": "10"})
+def run(size: int, fn: Callable[..., List[str]], *args: Any, timeout: float = 90.0, staging: str = "auto",
+        mode: str = "threads") -> None:
+    """Run ``fn`` as ``size`` ranks (threads or processes, ``mode``) staging host arrays as ``staging``
+    says; fail with every rank's mismatches."""
+    env = {"HCCL_EXEC_TIMEOUT": "10", "HCCLPY_HOST_STAGING": staging}
+    results = ranks.run(mode, fn, size, *args, timeout=timeout, env=env)
     problems = [f"rank {r}: {p}" for r, res in enumerate(results) for p in res]
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems[:40])
 
@@ -327,7 +331,9 @@ def test_every_operation_is_a_communicator_method() -> None:
 
 # --------------------------------------------------------------------------- chunked path
 
-def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str], chunk: int) -> List[str]:
+def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str], chunk: int,
+             pinned: bool = False) -> List[str]:
+    hcclpy.host.CHUNK_BYTES = chunk  # processes import the default; threads share the test's setting
     me = Rank(rank, size, info)
     try:
         for d, dtype in enumerate(dtypes):
@@ -342,25 +348,53 @@ def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str
             op_broadcast(me, tag + "/bcast", dtype, shape, "fortran", op, size - 1)
             op_reduce(me, tag + "/reduce", dtype, shape, "contiguous", op, (d + 1) % size)
             staging = me.comm._host_state
-            for slot in ("send", "recv"):
-                buf = staging._buffers[slot]
+            me.check(f"{tag} staging", staging.pinned == pinned, f"pinned is {staging.pinned}, expected {pinned}")
+            slots = ("send0", "recv0", "send1", "recv1") if pinned else ("send", "recv")
+            me.check(f"{tag} scratch", sorted(staging._buffers) == sorted(slots),
+                     f"scratch buffers {sorted(staging._buffers)}, expected {sorted(slots)}")
+            for slot, buf in staging._buffers.items():
                 me.check(f"{tag} {slot} scratch", buf.nbytes <= max(chunk, 1) * 2,
                          f"{buf.nbytes} bytes of scratch for chunks of {chunk} bytes: not chunked")
+            for slot, host in enumerate(staging._host):
+                me.check(f"{tag} pinned buffer {slot}", (host is not None) == pinned and
+                         (host is None or host[0].nbytes <= max(chunk, 1) * 2),
+                         f"pinned buffer {slot} is {None if host is None else host[0].nbytes} bytes")
     finally:
         me.close()
     return me.problems
 
 
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
 @pytest.mark.parametrize("size", [2, 3])
-def test_chunked_path_with_a_partial_last_chunk(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+def test_chunked_path_with_a_partial_last_chunk(monkeypatch: pytest.MonkeyPatch, size: int, staging: str) -> None:
     monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 1000)  # 1000 bytes: not a multiple of 8 either
-    run(size, _chunked, 2 * 1234, DTYPES, 1000)
+    run(size, _chunked, 2 * 1234, DTYPES, 1000, staging == "pinned", staging=staging)
 
 
-def test_arrays_larger_than_the_default_chunk() -> None:
-    chunk = hcclpy.host.CHUNK_BYTES  # 1 MiB unless HCCLPY_HOST_CHUNK_BYTES says otherwise
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+def test_chunked_path_in_processes(monkeypatch: pytest.MonkeyPatch, staging: str) -> None:
+    monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 4096)
+    # 3 chunks of float32 and a partial one, so both pinned buffers are reused.
+    run(2, _chunked, 3 * 1024 + 10, ("float32", "int16"), 4096, staging == "pinned", staging=staging,
+        mode="processes", timeout=120)
+
+
+def test_arrays_larger_than_the_default_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunk = hcclpy.host.CHUNK_BYTES  # 2 MiB unless HCCLPY_HOST_CHUNK_BYTES says otherwise
     count = 5 * chunk // 4 + 8  # float32: 5 chunks and 32 bytes; float64: 10 and 64; 16-bit: 2.5 chunks
     run(2, _chunked, count, ("float32", "float64", "bfloat16" if ranks.HAVE_BF16 else "float16"), chunk)
+
+
+def test_staging_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    auto = "pinned" if hcclpy.backend() == "cann" else "direct"
+    monkeypatch.delenv("HCCLPY_HOST_STAGING", raising=False)
+    assert hcclpy.host.staging_mode() == auto
+    for value, expected in (("pinned", "pinned"), (" Direct ", "direct"), ("", auto), ("auto", auto)):
+        monkeypatch.setenv("HCCLPY_HOST_STAGING", value)
+        assert hcclpy.host.staging_mode() == expected, value
+    monkeypatch.setenv("HCCLPY_HOST_STAGING", "dma")
+    with pytest.raises(ValueError, match=r"HCCLPY_HOST_STAGING is 'dma'; use one of auto, pinned, direct"):
+        hcclpy.host.staging_mode()
 
 
 # ------------------------------------------------------------------------- steady state
@@ -386,7 +420,7 @@ def _steady_state(rank: int, size: int, info: bytes, chunk_small: bool) -> List[
         for name, call in calls:
             call()  # the first call may allocate
             state = me.comm._host_state
-            before = dict(state._buffers)
+            before, pinned = dict(state._buffers), list(state._host)
             stream = state.stream
             for _ in range(3):
                 call()
@@ -395,6 +429,7 @@ def _steady_state(rank: int, size: int, info: bytes, chunk_small: bool) -> List[
             me.check(name, set(after._buffers) == set(before) and
                      all(after._buffers[k] is v for k, v in before.items()),
                      f"new device scratch: {sorted(before)} -> {sorted(after._buffers)}")
+            me.check(name, all(a is b for a, b in zip(after._host, pinned)), "new pinned host buffers")
         # A smaller call after the larger ones reuses what is there.
         before = dict(me.comm._host_state._buffers)
         me.comm.all_reduce(big[:3])
@@ -405,11 +440,13 @@ def _steady_state(rank: int, size: int, info: bytes, chunk_small: bool) -> List[
     return me.problems
 
 
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
 @pytest.mark.parametrize("chunk_small", [False, True], ids=["whole", "chunked"])
-def test_steady_state_allocates_no_device_scratch(monkeypatch: pytest.MonkeyPatch, chunk_small: bool) -> None:
+def test_steady_state_allocates_no_device_scratch(monkeypatch: pytest.MonkeyPatch, chunk_small: bool,
+                                                  staging: str) -> None:
     if chunk_small:
         monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 1024)
-    run(2, _steady_state, chunk_small)
+    run(2, _steady_state, chunk_small, staging=staging)
 
 
 def _destroy_frees_staging(rank: int, size: int, info: bytes) -> List[str]:
@@ -419,11 +456,14 @@ def _destroy_frees_staging(rank: int, size: int, info: bytes) -> List[str]:
     problems = me.close()
     if me.comm._host_state is not None or state._buffers or not state.stream.closed:
         problems.append("destroy left the staging buffers or stream alive")
+    if any(state._host) or not all(event.closed for event in state.events):
+        problems.append("destroy left the pinned buffers or their events alive")
     return problems
 
 
-def test_destroy_releases_the_staging() -> None:
-    run(2, _destroy_frees_staging)
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+def test_destroy_releases_the_staging(staging: str) -> None:
+    run(2, _destroy_frees_staging, staging=staging)
 
 
 # ------------------------------------------------------------------------------ hypothesis

@@ -160,6 +160,11 @@ def from_buffer(ctype: str, data: Any, require_writable: bool = False) -> Any:
     return ffi.from_buffer(ctype, data, require_writable=require_writable)
 
 
+def memmove(dst: Any, src: Any, nbytes: int) -> None:
+    """Copy ``nbytes`` between host memory given as C pointers or buffers (``ffi.memmove``)."""
+    ffi.memmove(dst, src, nbytes)
+
+
 def string(pointer: Any) -> str:
     """A NUL-terminated C string as str ('' for NULL)."""
     return "" if pointer == ffi.NULL else ffi.string(pointer).decode("utf-8", "replace")
