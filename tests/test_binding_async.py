@@ -18,6 +18,8 @@ import pytest
 import hcclpy
 import ranks
 
+pytestmark = pytest.mark.filterwarnings("ignore::hcclpy._ffi.SimulatorFallbackWarning")
+
 
 def _peer_waits_for_unsynchronised_work(rank: int, size: int, info: bytes, flag: str,
                                         quiet: float) -> Tuple[List[float], float]:
