@@ -8,6 +8,11 @@ MPICH/PMI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``). Without any, the pr
 The root info travels, in order of preference: through a rank table (``rank_table=`` or
 ``RANK_TABLE_FILE``, no exchange at all), through ``mpi_comm`` (mpi4py), through a shared file
 (``store_path=``), or through the TCP rendezvous rank 0 hosts on ``MASTER_ADDR:MASTER_PORT``.
+
+The rendezvous port: ``HCCLPY_RENDEZVOUS_PORT`` when set; else ``MASTER_PORT``, except under
+torchrun, whose agent already serves its own store there (``TORCHELASTIC_USE_AGENT_STORE=True``):
+then a port 1 to 1000 above it, derived from ``TORCHELASTIC_RUN_ID``; else, for launchers that set
+no port (Slurm, MPI), one derived from the job id; else 29500.
 """
 
 from __future__ import annotations
@@ -56,9 +61,17 @@ def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
 
 
 def _port(env: Mapping[str, str], job_id: str) -> int:
-    explicit = _int_env(env, "MASTER_PORT")
+    explicit = _int_env(env, "HCCLPY_RENDEZVOUS_PORT")
     if explicit is not None:
         return explicit
+    master = _int_env(env, "MASTER_PORT")
+    if master is not None:
+        if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # torchrun's agent serves its own store on MASTER_PORT: every rank derives the same
+            # other port from it and the run id.
+            offset = 1 + zlib.crc32(env.get("TORCHELASTIC_RUN_ID", "").encode()) % 1000
+            return master + offset if master + offset <= 65535 else master - offset
+        return master
     # Launchers without a rendezvous port: every rank derives the same one from the job id.
     return DEFAULT_PORT + 1 + zlib.crc32(job_id.encode()) % 20000 if job_id else DEFAULT_PORT
 

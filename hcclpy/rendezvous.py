@@ -105,7 +105,8 @@ class RendezvousServer:
         except OSError as exc:
             self._sock.close()
             raise RendezvousError(f"rank 0 cannot listen on {host}:{port} for the rendezvous: {exc} (is MASTER_ADDR "
-                                  "an address of this host, and the port free?)") from exc
+                                  "an address of this host, and the port free? HCCLPY_RENDEZVOUS_PORT chooses "
+                                  "another)") from exc
         self._sock.listen(128)
         self._sock.settimeout(0.02)  # how soon close() is noticed
         self.address = self._sock.getsockname()[:2]
@@ -202,7 +203,8 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: byt
                                   + body.decode("utf-8", "replace"))
         if time.monotonic() + delay > deadline:
             raise CommTimeoutError(f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
-                                   f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT and that rank 0 started")
+                                   f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT (or HCCLPY_RENDEZVOUS_PORT) "
+                                   "and that rank 0 started")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 

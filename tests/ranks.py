@@ -48,6 +48,22 @@ MODES = ("threads", "processes")
 RANK_ENV: Dict[str, str] = {"HCCL_EXEC_TIMEOUT": "30", "HCCL_CONNECT_TIMEOUT": "30"}
 
 DEFAULT_TIMEOUT = {"threads": 60.0, "processes": 120.0}
+
+
+def launcher(name: str, ranks: int) -> List[str]:
+    """The command that starts ``ranks`` copies of a program under a real launcher: ``torchrun``
+    (torch's, on a free port) or ``mpiexec`` (from the ``mpich`` wheel, or any MPI on PATH); the
+    program and its arguments follow."""
+    if name == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+    if name == "mpiexec":
+        import shutil
+
+        found = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable),
+                                                               os.environ.get("PATH", "")]))
+        assert found, "no mpiexec: the test dependencies include the mpich wheel (pip install -e '.[test]')"
+        return [found, "-n", str(ranks), sys.executable]
+    raise ValueError(f"launcher {name!r} must be 'torchrun' or 'mpiexec'")
 _EXIT_GRACE = 1.0  # seconds a dead process gets to deliver a result it queued before exiting
 
 

@@ -37,7 +37,8 @@ LAUNCH_VARIABLES = (
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID",
     "SLURM_LAUNCH_NODE_IPADDR", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "PMI_KVSNAME", "RANK_TABLE_FILE", "HCCLPY_RENDEZVOUS_TOKEN", "TORCHELASTIC_RUN_ID",
+    "PMI_KVSNAME", "RANK_TABLE_FILE", "HCCLPY_RENDEZVOUS_TOKEN", "HCCLPY_RENDEZVOUS_PORT", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
 )
 PROCESS_TIMEOUT = 90.0  # per multi-process run; each takes a few seconds
 
@@ -63,6 +64,28 @@ def test_detect_torchrun() -> None:
     env = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "10.1.2.3",
            "MASTER_PORT": "23456", "GROUP_RANK": "1"}
     assert detect_launch(env) == LaunchInfo(5, 8, 1, 4, "10.1.2.3", 23456, "torchrun")
+
+
+def test_detect_torchrun_beside_its_agent_store() -> None:
+    # torchrun's agent listens on MASTER_PORT itself: every rank derives the same other port.
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+           "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "job-7"}
+    port = detect_launch(env).master_port
+    assert port == 29500 + 1 + zlib.crc32(b"job-7") % 1000
+    assert detect_launch({**env, "RANK": "0"}).master_port == port
+    assert detect_launch({**env, "TORCHELASTIC_RUN_ID": "job-8"}).master_port != port
+    assert detect_launch({**env, "TORCHELASTIC_USE_AGENT_STORE": "False"}).master_port == 29500
+    high = detect_launch({**env, "MASTER_PORT": "65535"}).master_port
+    assert 64535 <= high < 65535  # below it when above would leave the port range
+    assert detect_launch({**env, "HCCLPY_RENDEZVOUS_PORT": "31000"}).master_port == 31000
+
+
+def test_rendezvous_port_variable_wins() -> None:
+    for env in ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29600"}, {"SLURM_PROCID": "0", "SLURM_NTASKS": "2",
+                                                                          "SLURM_JOB_ID": "42"}, {}):
+        assert detect_launch({**env, "HCCLPY_RENDEZVOUS_PORT": "31001"}).master_port == 31001
+    with pytest.raises(ValueError, match="HCCLPY_RENDEZVOUS_PORT='x' is not an integer"):
+        detect_launch({"HCCLPY_RENDEZVOUS_PORT": "x"})
 
 
 def test_detect_torchrun_defaults() -> None:
@@ -436,27 +459,54 @@ RUN_SCRIPT = """
     comm = hcclpy.init(timeout=60)
     launch = detect_launch()
     total = comm.all_reduce(np.array([comm.rank, 1], dtype=np.int64))
+    # One write per line: the ranks share the launcher's stdout.
     print(json.dumps({"rank": comm.rank, "size": comm.size, "device": comm.device.id, "sum": total.tolist(),
-                      "launcher": launch.launcher, "name": comm.name}))
+                      "launcher": launch.launcher, "name": comm.name}) + "\\n", end="", flush=True)
     hcclpy.shutdown()
 """
 
 
-def test_init_under_hcclpy_run(tmp_path: Path) -> None:
+def launch(command: List[str], tmp_path: Path, script_text: str = RUN_SCRIPT) -> Dict[int, Dict[str, Any]]:
+    """Run ``script_text`` under a launcher ``command``; every rank's JSON line, by rank."""
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(RUN_SCRIPT))
+    script.write_text(textwrap.dedent(script_text))
     env = {**os.environ, **ranks.RANK_ENV}
     for name in LAUNCH_VARIABLES:
         env.pop(name, None)
-    proc = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "4", "--timeout", "80", str(script)],
-                          capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([*command, str(script)], capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {}
-    for line in proc.stdout.splitlines():
-        match = re.match(r"^\[(\d+)\] (\{.*\})$", line)
-        if match:
-            rows[int(match.group(1))] = json.loads(match.group(2))
-    assert sorted(rows) == [0, 1, 2, 3], proc.stdout
+    for text in re.findall(r"\{[^{}]*\}", proc.stdout):  # hcclpy run prefixes each line with "[rank] "
+        row = json.loads(text)
+        rows[row["rank"]] = row
+    assert sorted(rows) == list(range(len(rows))) and rows, proc.stdout + proc.stderr
+    return rows
+
+
+def check_job(rows: Dict[int, Dict[str, Any]], size: int, launchers: Any) -> None:
+    assert sorted(rows) == list(range(size))
     for rank, row in rows.items():
-        assert row == {"rank": rank, "size": 4, "device": rank, "sum": [6, 4], "launcher": "torchrun",
-                       "name": rows[0]["name"]}
+        assert row["launcher"] in launchers, row
+        assert row == {"rank": rank, "size": size, "device": rank, "sum": [size * (size - 1) // 2, size],
+                       "launcher": row["launcher"], "name": rows[0]["name"]}
+
+
+def test_init_under_hcclpy_run(tmp_path: Path) -> None:
+    rows = launch([sys.executable, "-m", "hcclpy", "run", "-n", "4", "--timeout", "80"], tmp_path)
+    check_job(rows, 4, ("torchrun",))  # hcclpy run sets torchrun's variables
+
+
+def test_init_under_torchrun(tmp_path: Path) -> None:
+    # torchrun's agent serves its own store on MASTER_PORT: the rendezvous must go elsewhere.
+    check_job(launch(ranks.launcher("torchrun", 2), tmp_path), 2, ("torchrun",))
+
+
+def test_init_under_mpiexec(tmp_path: Path) -> None:
+    # No MASTER_PORT: the port comes from the MPI job id, the same on every rank.
+    check_job(launch(ranks.launcher("mpiexec", 3), tmp_path), 3, ("pmi", "openmpi"))
+
+
+def test_init_over_mpi4py_under_mpiexec(tmp_path: Path) -> None:
+    script = RUN_SCRIPT.replace("hcclpy.init(timeout=60)", "hcclpy.init(mpi_comm=MPI.COMM_WORLD)")
+    script = script.replace("import json, numpy as np, hcclpy", "import json, numpy as np, hcclpy\n    from mpi4py import MPI")
+    check_job(launch(ranks.launcher("mpiexec", 2), tmp_path, script), 2, ("pmi", "openmpi"))

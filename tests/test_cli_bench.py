@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hcclpy
+import ranks
 from hcclpy.bench.cases import OPERATIONS, make_case
 from hcclpy.bench.measure import iterations, sizes
 from hcclpy.types import DataType, ReduceOp
@@ -65,6 +66,21 @@ def test_table_csv_and_plot(tmp_path: Any) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8 and {r["placement"] for r in rows} == {"out-of-place", "in-place"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_under_another_launcher(launcher: str, tmp_path: Any) -> None:
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    command = ranks.launcher(launcher, 2)
+    result = subprocess.run([*command, "-m", "hcclpy", "bench", "reduce", "-e", "1K", "-f", "8", "-n", "3", "-r", "1",
+                             "--json", str(out)], capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["nranks"] == 2 and report["root"] == 1 and len(report["rows"]) == 3
+    assert all(row["out_of_place"]["wrong"] == 0 for row in report["rows"])
+    assert result.stdout.count("# Out of bounds values : 0 OK") == 1  # rank 0 alone prints the table
 
 
 def test_one_rank_without_a_launcher() -> None:
