@@ -190,6 +190,20 @@ def test_split_by_id_checks_its_arguments() -> None:
         sub.destroy()
 
 
+def _on_device_0(rank: int, size: int, info: bytes) -> str:
+    try:
+        hcclpy.Communicator(size, info, rank, device=0).destroy()
+    except hcclpy.HcclError as exc:
+        return str(exc)
+    return "created"
+
+
+def test_two_ranks_on_one_device_are_refused() -> None:
+    # Processes of one host, both on device 0: the simulator says how to emulate two servers instead.
+    for message in ranks.run_processes(_on_device_0, 2, timeout=90):
+        assert "are both on device 0 of host" in message and "HCCLPY_SIM_NODE" in message, message
+
+
 def test_simulator_refuses_a_second_level_of_create_sub_comm() -> None:
     """What the binding works around: HcclCreateSubCommConfig on a sub-communicator."""
     with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:

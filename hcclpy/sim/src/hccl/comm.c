@@ -395,7 +395,8 @@ static int check_devices(hccl_comm_t *comm)
             if (sa->device_physical == sb->device_physical && strcmp(sa->node, sb->node) == 0)
                 return hccl_error(HCCL_E_PARA, "ranks %u and %u are both on device %d of host '%s': a communicator "
                                   "takes one rank per device (call aclrtSetDevice with a different device in each "
-                                  "rank)", a, b, (int)sa->device_physical, sa->node);
+                                  "rank, or, to emulate several servers on this machine, give each its own "
+                                  "HCCLPY_SIM_NODE)", a, b, (int)sa->device_physical, sa->node);
         }
     }
     return HCCL_SUCCESS;
