@@ -510,3 +510,17 @@ def test_init_over_mpi4py_under_mpiexec(tmp_path: Path) -> None:
     script = RUN_SCRIPT.replace("hcclpy.init(timeout=60)", "hcclpy.init(mpi_comm=MPI.COMM_WORLD)")
     script = script.replace("import json, numpy as np, hcclpy", "import json, numpy as np, hcclpy\n    from mpi4py import MPI")
     check_job(launch(ranks.launcher("mpiexec", 2), tmp_path, script), 2, ("pmi", "openmpi"))
+
+
+def test_init_beside_torch_distributed(tmp_path: Path) -> None:
+    # torch.distributed's env:// store holds MASTER_PORT for the whole job: init() must keep off it.
+    script = RUN_SCRIPT.replace("comm = hcclpy.init(timeout=60)", """import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    comm = hcclpy.init(timeout=60)
+    gloo = torch.ones(2)
+    dist.all_reduce(gloo)
+    assert gloo.tolist() == [dist.get_world_size()] * 2""")
+    script = script.replace("hcclpy.shutdown()", "hcclpy.shutdown()\n    dist.destroy_process_group()")
+    for command in ([sys.executable, "-m", "hcclpy", "run", "-n", "2", "--timeout", "80"],
+                    ranks.launcher("torchrun", 2)):
+        check_job(launch(command, tmp_path, script), 2, ("torchrun",))

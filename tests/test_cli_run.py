@@ -92,7 +92,7 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "G
 # ----------------------------------------------------------------------------- environment
 
 def test_every_rank_gets_the_torchrun_variables_and_prefixed_output(tmp_path):
-    names = TORCHRUN_VARIABLES + ("HCCLPY_LAUNCHER", "PYTHONUNBUFFERED")
+    names = TORCHRUN_VARIABLES + ("HCCLPY_LAUNCHER", "PYTHONUNBUFFERED", "HCCLPY_RENDEZVOUS_PORT")
     result = hcclpy_run("-n", "3", script(tmp_path, ENV_DUMP), *names)
     assert result.returncode == 0, result.stderr
     out = by_rank(result.stdout)
@@ -106,15 +106,18 @@ def test_every_rank_gets_the_torchrun_variables_and_prefixed_output(tmp_path):
         assert env["MASTER_ADDR"] == "127.0.0.1"
         assert env["HCCLPY_LAUNCHER"] == LAUNCHER == "hcclpy-run"
         assert env["PYTHONUNBUFFERED"] == "1"
-        ports.add(env["MASTER_PORT"])
-    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536, "one free port for the whole job"
+        ports.add((env["MASTER_PORT"], env["HCCLPY_RENDEZVOUS_PORT"]))
+    assert len(ports) == 1, "one pair of ports for the whole job"
+    master, rendezvous = ports.pop()
+    assert 0 < int(master) < 65536 and 0 < int(rendezvous) < 65536 and master != rendezvous
     # stderr stays on stderr, prefixed too.
     assert by_rank(result.stderr) == {r: [f"on stderr from {r}"] for r in range(3)}
 
 
 def test_multi_node_ranks_and_explicit_rendezvous(tmp_path):
     result = hcclpy_run("-n", "2", "--nnodes", "3", "--node-rank", "2", "--master-addr", "10.1.2.3",
-                        "--master-port", "29999", script(tmp_path, ENV_DUMP), *TORCHRUN_VARIABLES)
+                        "--master-port", "29999", script(tmp_path, ENV_DUMP), *TORCHRUN_VARIABLES,
+                        "HCCLPY_RENDEZVOUS_PORT")
     assert result.returncode == 0, result.stderr
     out = by_rank(result.stdout)
     assert sorted(out) == [4, 5]  # node_rank * N + local rank
@@ -122,7 +125,8 @@ def test_multi_node_ranks_and_explicit_rendezvous(tmp_path):
         env = json.loads(lines[0])
         assert env == {"RANK": str(rank), "WORLD_SIZE": "6", "LOCAL_RANK": str(rank - 4), "LOCAL_WORLD_SIZE": "2",
                        "GROUP_RANK": "2", "NODE_RANK": "2", "GROUP_WORLD_SIZE": "3", "ROLE_RANK": str(rank),
-                       "ROLE_WORLD_SIZE": "6", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29999"}
+                       "ROLE_WORLD_SIZE": "6", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29999",
+                       "HCCLPY_RENDEZVOUS_PORT": "30000"}
 
 
 def test_other_launchers_rank_variables_are_removed(tmp_path):

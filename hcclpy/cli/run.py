@@ -10,7 +10,10 @@ Every rank is a child process (``python script.py args...``) with the variables 
 ``RANK`` (``node_rank * N + local rank``), ``WORLD_SIZE`` (``N * nnodes``), ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (the node rank), ``GROUP_WORLD_SIZE``,
 ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port the launcher
-picks when there is one node), plus ``HCCLPY_LAUNCHER=hcclpy-run``. :func:`hcclpy.init` reads
+picks when there is one node), plus ``HCCLPY_LAUNCHER=hcclpy-run`` and, unless already set,
+``HCCLPY_RENDEZVOUS_PORT`` (another free port with one node, ``MASTER_PORT + 1`` with several:
+:func:`hcclpy.init` keeps off ``MASTER_PORT``, which torch.distributed's store takes in a script
+that uses both) and, with one node, a fresh ``HCCLPY_RENDEZVOUS_TOKEN``. :func:`hcclpy.init` reads
 them, so a script runs unchanged under ``hcclpy run``, torchrun, srun or mpirun. The rank variables
 of other launchers (Slurm, Open MPI, MPICH/PMI) are removed from the children's environment, so a
 job started inside an allocation sees only the ranks this launcher gives it.
@@ -44,7 +47,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "rank_environment", "run"]
+__all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "rank_environment",
+           "rendezvous_port", "run"]
 
 LAUNCHER = "hcclpy-run"
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
@@ -199,6 +203,18 @@ def rank_environment(spec: RankSpec, base: Optional[Mapping[str, str]] = None) -
     return env
 
 
+def rendezvous_port(spec: RankSpec) -> int:
+    """The port for :func:`hcclpy.init`'s rendezvous: not ``MASTER_PORT``, which a script using
+    ``torch.distributed`` too gives to torch's store. With one node a second free port; with
+    several, the one after ``MASTER_PORT`` (every node's launcher must agree without talking)."""
+    if spec.nnodes > 1:
+        return spec.master_port + 1 if spec.master_port < 65535 else spec.master_port - 1
+    while True:
+        port = free_port(spec.master_addr)
+        if port != spec.master_port:
+            return port
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on at ``host`` right now (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -326,6 +342,8 @@ class _Launch:
             # One node: the ranks share a fresh secret for hcclpy.init's rendezvous (with several
             # nodes each launcher would pick its own, so the user sets it for the whole job).
             base.setdefault("HCCLPY_RENDEZVOUS_TOKEN", secrets.token_hex(16))
+        if ranks:
+            base.setdefault("HCCLPY_RENDEZVOUS_PORT", str(rendezvous_port(ranks[0])))
         for spec in ranks:
             if self.signal is not None:
                 return
