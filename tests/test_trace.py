@@ -153,6 +153,51 @@ def test_report_names_ranks_without_a_dump() -> None:
     assert "  no dump from rank(s) 1, 2: they may be the ones stuck" in lines
 
 
+def _record(rank: int, seq: int, op: str, count: int = 8, **extra: Any) -> Dict[str, Any]:
+    return {"comm": "w", "rank": rank, "size": 2, "seq": seq, "op": op, "count": count, "dtype": "fp32",
+            "state": "completed", **extra}
+
+
+def test_report_names_the_first_operation_the_ranks_disagree_on() -> None:
+    agreed = [(1, "all_reduce", {"op_kind": "sum"}), (2, "all_gather_v", {}), (3, "send", {"peer": 1})]
+    rank0 = [_record(0, seq, op, **extra) for seq, op, extra in agreed]
+    rank1 = [_record(1, 1, "all_reduce", op_kind="sum"), _record(1, 2, "all_gather_v", count=3),
+             _record(1, 3, "recv", peer=0)]  # uneven counts and a send's matching recv agree
+    assert not any("mismatch" in line for line in report([{"records": rank0}, {"records": rank1}]))
+    for theirs, why in ((_record(1, 4, "all_reduce", op_kind="sum"), "another collective"),
+                        (_record(1, 4, "broadcast", count=4, root=1), "another count"),
+                        (_record(1, 4, "broadcast", root=0), "another root")):
+        lines = report([{"records": rank0 + [_record(0, 4, "broadcast", root=1)]}, {"records": rank1 + [theirs]}])
+        mismatch = [line for line in lines if "mismatch" in line]
+        assert mismatch and mismatch[0].startswith("  mismatch at #4: rank 0 broadcast(count=8, fp32, root=1), "
+                                                   "rank 1 "), (why, lines)
+
+
+def _desync(rank: int, size: int, info: bytes) -> str:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    x = hcclpy.from_numpy(np.ones(8, np.float32), device=comm.device)
+    comm.all_reduce(x)
+    comm.broadcast(x, 0) if rank == 0 else comm.all_reduce(x, op="max")
+    try:
+        comm.device.default_stream.synchronize()
+    except hcclpy.HcclpyError as exc:  # the recorder has dumped itself into HCCLPY_TRACE_DIR
+        return type(exc).__name__
+    finally:
+        comm.destroy()
+    return "returned"
+
+
+@pytest.mark.timeout(120)
+def test_a_desync_is_dumped_and_the_merge_names_it(tmp_path: Any) -> None:
+    out = ranks.run_processes(_desync, 2, timeout=90, env={"HCCLPY_TRACE_DIR": str(tmp_path), "HCCL_EXEC_TIMEOUT": "5"})
+    assert "returned" not in out, out
+    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(tmp_path)], capture_output=True,
+                            text=True, timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    assert "mismatch at #2: rank 0 broadcast(count=8, fp32, root=0), rank 1 all_reduce(count=8, fp32, max)" \
+        in merged.stdout, merged.stdout
+
+
 SCRIPT = textwrap.dedent("""
     import warnings; warnings.simplefilter("ignore")
     import hcclpy, numpy as np

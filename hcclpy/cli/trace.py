@@ -3,7 +3,9 @@
 Every process of a job started with ``HCCLPY_TRACE_DIR=DIR`` dumps its records there when an
 operation fails (or when the program calls ``hcclpy.trace.dump``). This command reads them all,
 writes one Chrome trace of every rank (``DIR/merged.chrome.json``) and prints, for each
-communicator, each rank's last completed and first pending operation and which ranks are behind::
+communicator, each rank's last completed and first pending operation, which ranks are behind, and
+the first operation the ranks disagree on (another collective, data type, reduce op, root or, for
+the even collectives, count)::
 
     hcclpy trace merge /tmp/traces
 """
@@ -14,7 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 __all__ = ["add_parser", "report", "run"]
 
@@ -47,6 +49,33 @@ def _load(directory: Path) -> List[Dict[str, Any]]:
     return dumps
 
 
+_POINT_TO_POINT = {"send", "recv", "batch_send_recv"}  # one rank's send is its peer's recv
+_EVEN = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "scatter"}
+
+
+def _agreed(item: Dict[str, Any]) -> tuple:
+    """What every rank's record of one operation must share (the uneven operations' counts and the
+    peers of point-to-point calls differ by rank)."""
+    if item["op"] in _POINT_TO_POINT:
+        return ("point-to-point",)
+    return (item["op"], item["dtype"], item.get("op_kind"), item.get("root"),
+            item["count"] if item["op"] in _EVEN else None)
+
+
+def _first_mismatch(ranks: Dict[int, List[Dict[str, Any]]]) -> Optional[str]:
+    """The first sequence number, among those every dump holds, whose records disagree."""
+    from ..trace import signature
+
+    by_seq = {rank: {item["seq"]: item for item in items} for rank, items in ranks.items()}
+    common = set.intersection(*(set(records) for records in by_seq.values()))
+    for seq in sorted(common):
+        items = {rank: records[seq] for rank, records in sorted(by_seq.items())}
+        if len({_agreed(item) for item in items.values()}) > 1:
+            calls = ", ".join(f"rank {rank} {signature(item)}" for rank, item in items.items())
+            return f"  mismatch at #{seq}: {calls}"
+    return None
+
+
 def report(dumps: List[Dict[str, Any]]) -> List[str]:
     """The lines that say, per communicator, where each rank stands and who is behind."""
     from ..trace import signature
@@ -68,6 +97,9 @@ def report(dumps: List[Dict[str, Any]]) -> List[str]:
             last = f"#{done[-1]['seq']} {signature(done[-1])}" if done else "none recorded"
             first = f"#{waiting[0]['seq']} {signature(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
             lines.append(f"  rank {rank}: last completed {last}; first pending {first}")
+        mismatch = _first_mismatch(ranks) if len(ranks) > 1 else None
+        if mismatch:
+            lines.append(mismatch)
         ahead = max(issued.values())
         behind = sorted(rank for rank, count in issued.items() if count < ahead)
         missing = sorted(set(range(size)) - set(ranks))
