@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_module
+import shutil
 import sys
 import threading
 import time
@@ -49,6 +50,8 @@ RANK_ENV: Dict[str, str] = {"HCCL_EXEC_TIMEOUT": "30", "HCCL_CONNECT_TIMEOUT": "
 
 DEFAULT_TIMEOUT = {"threads": 60.0, "processes": 120.0}
 
+_EXIT_GRACE = 1.0  # seconds a dead process gets to deliver a result it queued before exiting
+
 
 def launcher(name: str, ranks: int) -> List[str]:
     """The command that starts ``ranks`` copies of a program under a real launcher: ``torchrun``
@@ -57,14 +60,11 @@ def launcher(name: str, ranks: int) -> List[str]:
     if name == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
     if name == "mpiexec":
-        import shutil
-
         found = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable),
                                                                os.environ.get("PATH", "")]))
         assert found, "no mpiexec: the test dependencies include the mpich wheel (pip install -e '.[test]')"
         return [found, "-n", str(ranks), sys.executable]
     raise ValueError(f"launcher {name!r} must be 'torchrun' or 'mpiexec'")
-_EXIT_GRACE = 1.0  # seconds a dead process gets to deliver a result it queued before exiting
 
 
 class RankError:
