@@ -100,7 +100,8 @@ class _Staging:
         current = self._host[slot]
         if current is None or current[0].nbytes < nbytes:
             self._host[slot] = None  # the old buffer goes before the new one is allocated
-            array = pinned_empty(1 << (max(nbytes, 1) - 1).bit_length(), "uint8")
+            with self._device:  # made current, as for the device buffers and events
+                array = pinned_empty(1 << (max(nbytes, 1) - 1).bit_length(), "uint8")
             current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
         return current[1]
 
