@@ -8,8 +8,11 @@ framing with bounded sizes (no pickle, nothing executable crosses the network):
               HELLO payload: token (32 bytes) | rank u32 | world_size u32
     reply:    the same header; kind OK with the root info, or ERROR with a UTF-8 message
 
-The server binds to the address it is given (``MASTER_ADDR``), never to every interface, and
-answers malformed or hostile input with an error while staying up. A job token
+The server binds to the address it is given (``MASTER_ADDR``), not to every interface, with one
+exception: a host name other than ``localhost`` that this host resolves to a loopback address (as
+Debian's ``127.0.1.1 hostname`` line does) while the other nodes reach the host at its network
+address; then it listens on every interface. It answers malformed or hostile input with an error
+while staying up. A job token
 (``HCCLPY_RENDEZVOUS_TOKEN``, set to a random value by ``hcclpy run``) keeps stray clients out;
 without one, a token derived from the job's address, port and size still separates jobs.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import socket
 import struct
@@ -27,7 +31,7 @@ from typing import Dict, List, Tuple
 
 from .errors import CommTimeoutError, HcclpyError
 
-__all__ = ["RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token"]
+__all__ = ["RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token", "listen_address"]
 
 MAGIC = b"HCCLPYRV"
 VERSION = 1
@@ -80,6 +84,28 @@ def _send_message(sock: socket.socket, kind: int, payload: bytes) -> None:
     sock.sendall(HEADER.pack(MAGIC, VERSION, kind, len(payload)) + payload)
 
 
+def listen_address(host: str) -> Tuple[int, str]:
+    """The socket family and address rank 0 listens on for ``MASTER_ADDR`` = ``host``: the address
+    itself, or every interface for a name (not ``localhost``) this host resolves to a loopback
+    address, which the other nodes would not reach."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return family, host  # an address, as given
+    except ValueError:
+        pass
+    if host.lower() == "localhost" or host.lower().startswith("localhost."):
+        return family, host
+    try:
+        resolved = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return family, host  # bind() reports it
+    family, _, _, _, address = resolved[0]
+    if ipaddress.ip_address(address[0].split("%")[0]).is_loopback:
+        return family, "::" if family == socket.AF_INET6 else "0.0.0.0"
+    return family, host
+
+
 class RendezvousServer:
     """Serves ``payload`` (the root info) to ``world_size - 1`` ranks on ``(host, port)``.
 
@@ -97,11 +123,11 @@ class RendezvousServer:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.errors: List[str] = []
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        family, bind_host = listen_address(host)
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            self._sock.bind((host, port))
+            self._sock.bind((bind_host, port))
         except OSError as exc:
             self._sock.close()
             raise RendezvousError(f"rank 0 cannot listen on {host}:{port} for the rendezvous: {exc} (is MASTER_ADDR "

@@ -375,6 +375,31 @@ def test_server_binds_only_to_the_address_given(servers: List[RendezvousServer])
     assert fetch(server, 1, 2) == PAYLOAD
 
 
+def test_listen_address_for_names_that_resolve_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = socket.getaddrinfo
+
+    def resolve(host: str, *args: Any, **kwargs: Any) -> Any:
+        # As on a Debian host whose /etc/hosts says "127.0.1.1 node0"; node1 resolves to a network address.
+        fake = {"node0": "127.0.1.1", "node1": "192.0.2.10"}.get(host)
+        if fake is None:
+            return real(host, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (fake, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert rv.listen_address("node0") == (socket.AF_INET, "0.0.0.0")  # the other nodes reach it elsewhere
+    assert rv.listen_address("node1") == (socket.AF_INET, "node1")
+    for literal in ("127.0.0.1", "127.0.1.1", "192.0.2.10", "::1", "fe80::1%eth0", "localhost", "LOCALHOST"):
+        assert rv.listen_address(literal)[1] == literal
+    assert rv.listen_address("no-such-host.invalid") == (socket.AF_INET, "no-such-host.invalid")
+    # A server for node0 listens on every interface and serves clients at any local address.
+    server = RendezvousServer("node0", free_port(HOST), 2, TOKEN, PAYLOAD, 10.0)
+    try:
+        assert server.address[0] == "0.0.0.0"
+        assert fetch_root_info(HOST, server.address[1], 1, 2, TOKEN, 5.0) == PAYLOAD
+    finally:
+        server.close()
+
+
 def test_server_on_ipv6_loopback(servers: List[RendezvousServer]) -> None:
     try:
         server = serve(servers, 2, host="::1")
