@@ -202,12 +202,20 @@ static int new_op(const call_t *call, uint32_t type, op_task_t **out)
     return HCCL_SUCCESS;
 }
 
-static uint64_t *copy_vector(const void *src, uint64_t count)
+/* Keeps copies of the caller's count and displacement arrays (`nvec` arrays of `per` uint64_t
+ * values) with the task, since the caller may reuse them once the call returns. Frees the task
+ * when out of memory. */
+static int keep_vectors(op_task_t *task, const char *api, uint64_t per, int nvec, const void *const *vectors)
 {
-    uint64_t *copy = malloc((size_t)(count ? count : 1) * sizeof *copy);
-    if (copy != NULL && count > 0)
-        memcpy(copy, src, (size_t)count * sizeof *copy);
-    return copy;
+    uint64_t total = per * (uint64_t)nvec;
+    task->vectors = malloc((size_t)(total ? total : 1) * sizeof *task->vectors);
+    if (task->vectors == NULL) {
+        hccl_op_free(task);
+        return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
+    }
+    for (int i = 0; i < nvec; i++)
+        memcpy(task->vectors + (size_t)i * per, vectors[i], (size_t)per * sizeof *task->vectors);
+    return HCCL_SUCCESS;
 }
 
 /* ------------------------------------------------------------ reductions */
@@ -508,15 +516,9 @@ HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, c
     op_task_t *task;
     if ((err = new_op(&call, HCCL_CMD_ALLTOALLV, &task)) != HCCL_SUCCESS)
         return err;
-    task->vectors = malloc(4 * (size_t)n * sizeof *task->vectors);
-    if (task->vectors == NULL) {
-        hccl_op_free(task);
-        return hccl_error(HCCL_E_MEMORY, "HcclAlltoAllV: out of host memory");
-    }
-    memcpy(task->vectors, sendCounts, n * sizeof(uint64_t));
-    memcpy(task->vectors + n, sdispls, n * sizeof(uint64_t));
-    memcpy(task->vectors + 2 * n, recvCounts, n * sizeof(uint64_t));
-    memcpy(task->vectors + 3 * n, rdispls, n * sizeof(uint64_t));
+    const void *vectors[] = {sendCounts, sdispls, recvCounts, rdispls};
+    if ((err = keep_vectors(task, "HcclAlltoAllV", n, 4, vectors)) != HCCL_SUCCESS)
+        return err;
     task->send = (void *)sendBuf;
     task->recv = (void *)recvBuf;
     task->send_offset = send_offset;
@@ -568,11 +570,9 @@ HCCL_API HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMat
     op_task_t *task;
     if ((err = new_op(&call, HCCL_CMD_ALLTOALLVC, &task)) != HCCL_SUCCESS)
         return err;
-    task->vectors = copy_vector(m, (uint64_t)n * n);
-    if (task->vectors == NULL) {
-        hccl_op_free(task);
-        return hccl_error(HCCL_E_MEMORY, "HcclAlltoAllVC: out of host memory");
-    }
+    const void *matrix[] = {m};
+    if ((err = keep_vectors(task, "HcclAlltoAllVC", (uint64_t)n * n, 1, matrix)) != HCCL_SUCCESS)
+        return err;
     task->send = (void *)sendBuf;
     task->recv = (void *)recvBuf;
     task->send_offset = send_offset;
@@ -612,13 +612,9 @@ HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recv
     op_task_t *task;
     if ((err = new_op(&call, HCCL_CMD_ALLGATHER_V, &task)) != HCCL_SUCCESS)
         return err;
-    task->vectors = malloc(2 * (size_t)n * sizeof *task->vectors);
-    if (task->vectors == NULL) {
-        hccl_op_free(task);
-        return hccl_error(HCCL_E_MEMORY, "HcclAllGatherV: out of host memory");
-    }
-    memcpy(task->vectors, recvCounts, n * sizeof(uint64_t));
-    memcpy(task->vectors + n, recvDispls, n * sizeof(uint64_t));
+    const void *vectors[] = {recvCounts, recvDispls};
+    if ((err = keep_vectors(task, "HcclAllGatherV", n, 2, vectors)) != HCCL_SUCCESS)
+        return err;
     task->send = sendBuf;
     task->recv = recvBuf;
     task->send_offset = send_offset;
@@ -665,13 +661,9 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
     op_task_t *task;
     if ((err = new_op(&call, HCCL_CMD_REDUCE_SCATTER_V, &task)) != HCCL_SUCCESS)
         return err;
-    task->vectors = malloc(2 * (size_t)n * sizeof *task->vectors);
-    if (task->vectors == NULL) {
-        hccl_op_free(task);
-        return hccl_error(HCCL_E_MEMORY, "HcclReduceScatterV: out of host memory");
-    }
-    memcpy(task->vectors, sendCounts, n * sizeof(uint64_t));
-    memcpy(task->vectors + n, sendDispls, n * sizeof(uint64_t));
+    const void *vectors[] = {sendCounts, sendDispls};
+    if ((err = keep_vectors(task, "HcclReduceScatterV", n, 2, vectors)) != HCCL_SUCCESS)
+        return err;
     task->send = sendBuf;
     task->recv = recvBuf;
     task->send_offset = send_offset;
