@@ -12,9 +12,9 @@ The server binds to the address it is given (``MASTER_ADDR``), not to every inte
 exception: a host name other than ``localhost`` that this host resolves to a loopback address (as
 Debian's ``127.0.1.1 hostname`` line does) while the other nodes reach the host at its network
 address; then it listens on every interface. It answers malformed or hostile input with an error
-while staying up. A job token
-(``HCCLPY_RENDEZVOUS_TOKEN``, set to a random value by ``hcclpy run``) keeps stray clients out;
-without one, a token derived from the job's address, port and size still separates jobs.
+while staying up. A job token (``HCCLPY_RENDEZVOUS_TOKEN``, set to a random value by ``hcclpy
+run``) keeps stray clients out; without one, a token derived from the job's address, port and size
+still separates jobs.
 """
 
 from __future__ import annotations
@@ -229,8 +229,8 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: byt
                                   + body.decode("utf-8", "replace"))
         if time.monotonic() + delay > deadline:
             raise CommTimeoutError(f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
-                                   f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT (or HCCLPY_RENDEZVOUS_PORT) "
-                                   "and that rank 0 started")
+                                   f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT (or "
+                                   "HCCLPY_RENDEZVOUS_PORT) and that rank 0 started")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 

@@ -3,8 +3,9 @@
 It reports the hcclpy and Python versions, the backend (``cann`` or ``sim``), each shared library
 with its path and how it was found, the AscendCL version (``aclrtGetVersion``) and SoC name
 (``aclrtGetSocName``), every visible device with its free and total memory, how the NumPy path
-stages element-wise operations, which optional C functions the loaded libraries export, the simulator's build description when running on it, and
-the environment variables that steer hcclpy. ``--json`` prints the same as one JSON object.
+stages element-wise operations, which optional C functions the loaded libraries export, the
+simulator's build description when running on it, and the environment variables that steer
+hcclpy. ``--json`` prints the same as one JSON object.
 
 Exit status 0, or 1 when the libraries cannot be loaded (the report then says why).
 """
