@@ -17,8 +17,8 @@ ways (``HCCLPY_HOST_STAGING``):
   where a device copy is a host memcpy too: the pinned buffers would only add two passes.
 
 Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
-C-contiguous is copied to a contiguous one first; ``out`` must be a writable, C-contiguous array
-of the result's dtype and size.
+C-contiguous, or not in the machine's byte order, is copied to one that is first (the result is in
+the machine's order); ``out`` must be a writable, C-contiguous array of the result's dtype and size.
 """
 
 from __future__ import annotations
@@ -142,9 +142,13 @@ def release(comm: CommCore) -> None:
 def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
-    dtype = as_datatype(array.dtype, argument=f"{argument}.dtype")
-    # Documented rule: an input that is not C-contiguous is copied (0-d arrays keep their shape).
-    return (array if array.flags.c_contiguous else array.copy(order="C")), dtype
+    # Documented rule: an input that is not C-contiguous, or not in the machine's byte order, is
+    # copied to one that is (0-d arrays keep their shape).
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="), order="C")
+    elif not array.flags.c_contiguous:
+        array = array.copy(order="C")
+    return array, as_datatype(array.dtype, argument=argument + ".dtype")
 
 
 def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out") -> np.ndarray:

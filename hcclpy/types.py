@@ -98,6 +98,7 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
             hashable = False
         name = _name_of(value)
         if name is not None and name in _BY_NAME:
+            _refuse_foreign_byte_order(value, argument)
             if hashable:
                 if len(_RESOLVED) >= 256:
                     _RESOLVED.clear()
@@ -105,6 +106,20 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
             return _BY_NAME[name]
     supported = ", ".join(sorted({d.name.lower() for d in DataType}))
     raise TypeError(f"{argument}={value!r} is not a data type HCCL supports (supported: {supported})")
+
+
+def _refuse_foreign_byte_order(value: Any, argument: str) -> None:
+    """Raise TypeError for a NumPy dtype stored in the other byte order: HCCL reads and reduces
+    values in the machine's own order, so such data would come out as garbage."""
+    if isinstance(value, str) and value.startswith("torch."):
+        return
+    try:
+        dtype = np.dtype(value)
+    except TypeError:  # a torch dtype: always in the machine's order
+        return
+    if not dtype.isnative:
+        raise TypeError(f"{argument}={dtype.str!r} is not in this machine's byte order, so HCCL would read "
+                        f"wrong values; convert it first: array.astype(array.dtype.newbyteorder('='))")
 
 
 def _name_of(value: Any) -> Optional[str]:

@@ -691,3 +691,44 @@ def test_ndarray_subclasses_take_the_numpy_path(tmp_path: Any) -> None:
     path = os.path.join(str(tmp_path), "weights.npy")
     np.save(path, np.arange(6, dtype=np.float32))
     run(2, _memmap_input, path)
+
+
+def _foreign_byte_order(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        values = np.arange(6, dtype=np.float32) + rank
+        swapped = values.astype(values.dtype.newbyteorder("S"))  # the same values, stored the other way
+        want = sum(np.arange(6, dtype=np.float32) + r for r in range(size))
+        me.eq("all_reduce", me.comm.all_reduce(swapped), want)
+        me.eq("all_reduce (strided)", me.comm.all_reduce(np.repeat(swapped, 2)[::2]), want)
+        me.eq("broadcast", me.comm.broadcast(swapped, 0), np.arange(6, dtype=np.float32))
+        me.eq("all_gather", me.comm.all_gather(swapped),
+              np.stack([np.arange(6, dtype=np.float32) + r for r in range(size)]))
+        device = hcclpy.from_numpy(swapped, device=me.comm.device)
+        me.eq("from_numpy", device.to_numpy(), values)
+        refusals = [
+            ("out=", lambda: me.comm.all_reduce(values, out=np.empty_like(swapped)),
+             r"out\.dtype is [<>]f4, the result is float32"),
+            ("recv into", lambda: me.comm.recv(np.empty_like(swapped), 0), r"byte order"),
+            ("copy_from", lambda: device.copy_from(swapped), r"src\.dtype='[<>]f4' is not in this machine's byte order"),
+            ("copy_to", lambda: device.copy_to(np.empty_like(swapped)), r"dst\.dtype=.*byte order"),
+            ("empty", lambda: hcclpy.empty(2, swapped.dtype, device=me.comm.device), r"byte order"),
+        ]
+        for name, call, pattern in refusals:
+            try:
+                call()
+            except TypeError as exc:
+                me.check(name, re.search(pattern, str(exc)) is not None, f"message: {exc}")
+            else:
+                me.problems.append(f"{name}: no TypeError for a foreign byte order")
+        device.close()
+    except Exception as exc:  # noqa: BLE001 - reported; the finally releases the peer
+        me.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_inputs_in_the_other_byte_order_are_converted() -> None:
+    # HCCL reads values in the machine's byte order: a '>f4' array staged as it is summed garbage.
+    run(2, _foreign_byte_order, timeout=60)

@@ -341,9 +341,12 @@ def zeros(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> De
 
 
 def from_numpy(array: np.ndarray, *, device: Any = None) -> DeviceArray:
-    """Copy a NumPy array to a new device array of the same shape and dtype."""
+    """Copy a NumPy array to a new device array of the same shape and dtype (values stored in the
+    other byte order are converted to the machine's, the only order HCCL reads)."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
     out = empty(array.shape, array.dtype, device=device)
     out.copy_from(array)
     return out
