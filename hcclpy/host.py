@@ -160,9 +160,10 @@ def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, 
         raise TypeError(f"{argument}.dtype is {out.dtype}, the result is {dtype}")
     if out.size != math.prod(shape):
         raise ValueError(f"{argument} has {out.size} elements, the result {math.prod(shape)} (shape {shape})")
-    if not out.flags.writeable:
+    flags = out.flags
+    if not flags.writeable:
         raise ValueError(f"{argument} is read-only")
-    if not out.flags.c_contiguous:
+    if not flags.c_contiguous:
         raise ValueError(f"{argument} must be C-contiguous")
     return out
 
@@ -200,9 +201,9 @@ def _destination(array: Optional[np.ndarray]) -> Any:
 
 
 def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
-    """Stage ``count`` elements through the device in chunks: copy from ``src`` in, ``run(send, recv,
-    stream)`` on the device (it returns the buffer holding the result), copy that out to ``dst``
-    (C pointers to host memory; either may be None on ranks that lack it)."""
+    """Stage ``count`` elements through the device in chunks: copy from ``src`` in, ``run(chunk,
+    None, stream)`` on the device (in place on the chunk), copy the chunk out to ``dst`` (C pointers
+    to host memory; either may be None on ranks that lack it)."""
     staging = _staging(comm)
     with staging.lock:
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
@@ -212,18 +213,18 @@ def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, 
     stream = staging.stream
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
-    send = staging.buffer("send", min(step, count), dtype)
-    recv = staging.buffer("recv", min(step, count), dtype)
+    # In place: one buffer, half the cache footprint of separate send and receive buffers.
+    chunk = staging.buffer("send", min(step, count), dtype)
     for start in range(0, count, step):
         length = min(step, count - start)
-        if length != len(send):  # only the last chunk can be shorter
-            send, recv = send[:length], recv[:length]
+        if length != chunk._size:  # only the last chunk can be shorter
+            chunk = chunk[:length]
         offset, nbytes = start * itemsize, length * itemsize
         if src is not None:
-            _copy(stream, send._cptr, src + offset, nbytes, _H2D)
-        produced = run(send, recv, stream)
+            _copy(stream, chunk._cptr, src + offset, nbytes, _H2D)
+        run(chunk, None, stream)
         if dst is not None:
-            _copy(stream, dst + offset, produced._cptr, nbytes, _D2H)
+            _copy(stream, dst + offset, chunk._cptr, nbytes, _D2H)
     stream.synchronize()
 
 
@@ -234,33 +235,33 @@ def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: Dat
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
     first = min(step, count)
-    slots = [(staging.buffer(f"send{i}", first, dtype), staging.buffer(f"recv{i}", first, dtype),
-              staging.host(i, first * itemsize), staging.events[i]) for i in (0, 1)]
+    slots = [(staging.buffer(f"send{i}", first, dtype), staging.host(i, first * itemsize), staging.events[i])
+             for i in (0, 1)]
     waiting: List[Optional[Tuple[int, int]]] = [None, None]  # a slot's chunk in flight: (offset, nbytes)
 
     def finish(slot: int) -> None:
         """Wait until the device is done with ``slot``, then copy its result out."""
         chunk, waiting[slot] = waiting[slot], None
         if chunk is not None:
-            slots[slot][3].synchronize()
+            slots[slot][2].synchronize()
             if dst is not None:
-                _ffi.memmove(dst + chunk[0], slots[slot][2], chunk[1])
+                _ffi.memmove(dst + chunk[0], slots[slot][1], chunk[1])
 
     try:
         for index, start in enumerate(range(0, count, step)):
             slot = index & 1
             finish(slot)
-            send, recv, host, done = slots[slot]
+            chunk, host, done = slots[slot]
             length = min(step, count - start)
-            if length != len(send):  # only the last chunk can be shorter
-                send, recv = send[:length], recv[:length]
+            if length != chunk._size:  # only the last chunk can be shorter
+                chunk = chunk[:length]
             offset, nbytes = start * itemsize, length * itemsize
             if src is not None:
                 _ffi.memmove(host, src + offset, nbytes)
-                _copy(stream, send._cptr, host, nbytes, _H2D)
-            produced = run(send, recv, stream)
+                _copy(stream, chunk._cptr, host, nbytes, _H2D)
+            run(chunk, None, stream)
             if dst is not None:
-                _copy(stream, host, produced._cptr, nbytes, _D2H)
+                _copy(stream, host, chunk._cptr, nbytes, _D2H)
             done.record(stream)
             waiting[slot] = (offset, nbytes)
         last = (count - 1) // step & 1 if count else 0
@@ -342,12 +343,13 @@ def _at(memory: Pieces) -> Any:
 
 
 def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[int], count: int, dtype: DataType,
-                       run: Callable[[DeviceArray, DeviceArray, Stream], DeviceArray]) -> None:
+                       run: Callable[[DeviceArray, None, Stream], Any]) -> None:
     """Run an element-wise device operation on host memory, ``count`` elements at a time in chunks.
 
-    ``run(send, recv, stream)`` queues the operation on device chunks and returns the one holding
-    the result; ``source`` (copied in) and ``result`` (copied out) are addresses, or None on a rank
-    that has no input or output. Blocks until the result is in place.
+    ``run(chunk, None, stream)`` queues the operation in place on a device chunk (the receive
+    buffer None, as in hcclpy's in-place forms); ``source`` (copied in) and ``result`` (copied out)
+    are addresses, or None on a rank that has no input or output. Blocks until the result is in
+    place.
     """
     _chunked(comm, _at(source), _at(result), count, dtype, run)
 
@@ -373,9 +375,8 @@ def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
-    # In place on the staged chunk: half the cache footprint of separate send and receive buffers.
     _chunked(comm, _source(source), _destination(result), source.size, dtype,
-             lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))  # returns s
+             lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))
     return result
 
 

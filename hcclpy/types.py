@@ -82,6 +82,12 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
     TypeError
         If ``value`` names no type HCCL supports; the message lists the supported ones.
     """
+    try:  # first: the dtype of every NumPy array staged comes here, and isinstance(value, DataType) is slow
+        return _RESOLVED[value]
+    except KeyError:
+        hashable = True
+    except TypeError:  # unhashable: resolved by name below, then refused
+        hashable = False
     if isinstance(value, DataType):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -90,12 +96,6 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
         except ValueError:
             pass
     else:
-        try:
-            return _RESOLVED[value]
-        except KeyError:
-            hashable = True
-        except TypeError:  # unhashable: resolved by name below, then refused
-            hashable = False
         name = _name_of(value)
         if name is not None and name in _BY_NAME:
             _refuse_foreign_byte_order(value, argument)

@@ -49,7 +49,7 @@ class HostTransport:
 
     def elementwise(self, source: Optional[torch.Tensor], result: Optional[torch.Tensor], dtype: DataType,
                     count: int, launch: Launch) -> None:
-        """An element-wise operation (``launch`` returns the buffer holding the result)."""
+        """An element-wise operation, run in place on staged chunks (``launch`` gets recv None)."""
         host.staged_elementwise(self.comm, None if source is None else source.data_ptr(),
                                 None if result is None else result.data_ptr(), count, dtype, launch)
 
