@@ -112,6 +112,33 @@ def test_collected_stream_warns() -> None:
         gc.collect()
 
 
+def test_buffers_of_drained_work_are_let_go_without_a_synchronize(comm: hcclpy.Communicator) -> None:
+    # A stream keeps the buffers of queued operations alive; a job that only ever waits on events
+    # must not make that list grow without end once the work is done.
+    from hcclpy.runtime._stream import _HOLD_CHECK
+
+    stream = hcclpy.Device(0).create_stream()
+    a = hcclpy.zeros(4, "float32", device=0)
+    b = hcclpy.zeros(4, "float32", device=0)
+    longest = 0
+    for i in range(3 * _HOLD_CHECK):
+        if i % 3:  # two buffers held per call, then one: the check must not depend on landing on a count
+            comm.all_reduce(a, b, stream=stream)
+        else:
+            comm.broadcast(a, 0, stream=stream)
+        if i % 100 == 99:
+            stream.record().synchronize()  # the work so far is done, but the stream is not synchronised
+        longest = max(longest, len(stream._held))
+    # Let go at a check once a previous check's checkpoint is passed: at most two intervals' worth.
+    assert longest <= 2 * _HOLD_CHECK + 2, f"{longest} buffers held for work that was done"
+    temporary = hcclpy.zeros(4, "float32", device=0)
+    comm.all_reduce(temporary, stream=stream)
+    assert any(held is temporary for held in stream._held), "a queued operation's buffer was let go"
+    stream.synchronize()
+    assert not stream._held
+    stream.close()
+
+
 def test_borrowed_stream_is_never_destroyed(comm: hcclpy.Communicator) -> None:
     owner = hcclpy.Device(0).create_stream()
     borrowed = hcclpy.Stream.from_handle(owner.handle, device=0, owner=owner)

@@ -54,7 +54,6 @@ def _set_recording(on: bool) -> None:
 
 _trace.on_toggle(_set_recording)
 _host: Any = None  # hcclpy.host, once imported
-_HOLD_CHECK = 1024  # held buffers between checks whether a stream has drained
 
 # Reduce ops as C ints, by member, value and name (bool is refused before the lookup).
 _OP_CODES: Dict[Any, int] = {**{op: op._value_ for op in ReduceOp}, **{op.name.lower(): op._value_ for op in ReduceOp}}
@@ -117,20 +116,22 @@ def _supported(comm: Any, operation: str, dtype: Any, op: Any = None) -> None:
         profile.check(operation, dtype, op)
 
 
-def _done(rc: int, name: str, stream: Stream, keep: Any, comm: CommCore, count: int, dtype: int,
+def _done(rc: int, name: str, stream: Stream, keep: Sequence[Any], comm: CommCore, count: int, dtype: int,
           detail: int) -> None:
     """Raise for a failed call; otherwise record it in the flight recorder (``detail``: reduce op,
-    root or peer; -1: none) and keep its buffers alive until ``stream`` is done with them."""
+    root or peer; -1: none) and keep its buffers (``keep``) alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
     if _recording:
         at = next(_marks)
         _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), name, count, dtype, detail,
                                   stream._progress, stream._handle, _now())
+    # The buffers themselves, not a tuple of them: a tuple per call, kept until the stream drains,
+    # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
-    held.append(keep)
-    if not len(held) % _HOLD_CHECK:
-        stream.query()  # drops them all once the stream has drained
+    held.extend(keep)
+    if len(held) > stream._held_limit:
+        stream._prune_held()
 
 
 def _on_device(comm: CommCore, buf: Buffer, argument: str) -> None:
@@ -381,9 +382,10 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                     _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
                                               send._dtype_c, code, st._progress, st._handle, _now())
                 held = st._held
-                held.append((send, recv))
-                if not len(held) % _HOLD_CHECK:
-                    st.query()
+                held.append(send)
+                held.append(recv)
+                if len(held) > st._held_limit:
+                    st._prune_held()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_reduce", send.dtype, op)
@@ -562,7 +564,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
         st = _fast(comm, stream)
         if st is not None and 0 <= root < comm._size and buf._alloc.live_device == comm._device_id:
             _done(comm._api.HcclBroadcast(buf._cptr, buf._size, buf._dtype_c, root, comm._handle, st._ptr_cdata),
-                  "HcclBroadcast", st, buf, comm, buf._size, buf._dtype_c, root)
+                  "HcclBroadcast", st, (buf,), comm, buf._size, buf._dtype_c, root)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
         _supported(comm, "broadcast", buf.dtype)
@@ -575,7 +577,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     _on_device(comm, b, "buf")
     if comm._profile is not None:
         comm._profile.check("broadcast", b.dtype)
-    _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, buf,
+    _done(comm._api.HcclBroadcast(b.ptr, b.count, b.dtype_c, root, handle, st._ptr_cdata), "HcclBroadcast", st, (buf,),
           comm, b.count, b.dtype_c, root)
     return buf
 
@@ -674,7 +676,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
             device, is_root = comm._device_id, root == comm._rank
             if not is_root:
                 _done(comm._api.HcclScatter(_ffi.NULL, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
-                                            st._ptr_cdata), "HcclScatter", st, recv, comm, recv._size, recv._dtype_c,
+                                            st._ptr_cdata), "HcclScatter", st, (recv,), comm, recv._size, recv._dtype_c,
                       root)
                 return recv
             if (type(send) is DeviceArray and send._alloc.live_device == device and send._alloc is not recv._alloc
@@ -866,7 +868,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
         if st is not None and 0 <= peer < comm._size and peer != comm._rank \
                 and buf._alloc.live_device == comm._device_id:
             _done(getattr(comm._api, name)(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
-                  name, st, buf, comm, buf._size, buf._dtype_c, peer)
+                  name, st, (buf,), comm, buf._size, buf._dtype_c, peer)
             return
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
@@ -875,7 +877,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
         comm._profile.check("send" if name == "HcclSend" else "recv", b.dtype)
     peer = _peer(comm, peer)
     _on_device(comm, b, "buf")
-    _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, buf,
+    _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, (buf,),
           comm, b.count, b.dtype_c, peer)
 
 
@@ -945,7 +947,7 @@ def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
     """Queue a barrier: work after it on ``stream`` starts once every rank has reached it."""
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
-    _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, None, comm, 0, -1, -1)
+    _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, (), comm, 0, -1, -1)
 
 
 # ------------------------------------------------------------------------------------ groups

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import threading
+from typing import Any, List, Optional, Tuple
 
 from .. import _ffi, _trace
 from ..errors import AclErrorCode
@@ -12,6 +13,7 @@ from ._lifetime import attach, close_now
 __all__ = ["Stream"]
 
 _HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
+_pruning = threading.Lock()
 _marks, _now = _trace.counter, _trace.now
 
 
@@ -32,7 +34,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_progress", "_sync")
+                 "_live_device", "_held", "_held_limit", "_checkpoints", "_progress", "_sync")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -52,7 +54,12 @@ class Stream:
         self._live_device = device.id
         # Buffers of queued operations, kept alive until the stream is known to be done with them:
         # otherwise a temporary array could be freed, and its memory reused, under a queued collective.
+        # A list that is emptied is replaced, never cleared, so that the checkpoints of
+        # _prune_held() can tell whether they still describe it.
         self._held: list = []
+        self._held_limit = _HOLD_CHECK  # how many before checking whether the stream has drained
+        # (the held list, [(mark, n)]): its first n buffers belong to work queued before the mark
+        self._checkpoints: Tuple[list, List[Tuple[int, int]]] = (self._held, [])
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         self._sync = _ffi.api().aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
         release = None
@@ -124,12 +131,28 @@ class Stream:
             raise ValueError("operation on a closed Stream")
         return self._ptr_cdata
 
-    def _hold(self, keep: Any) -> None:
-        """Keep ``keep`` alive until the stream's queued work is done."""
-        held = self._held
-        held.append(keep)
-        if len(held) % _HOLD_CHECK == 0:
-            self.query()  # drops them all once the stream has drained
+    def _prune_held(self) -> None:
+        """Many buffers are held for queued work: let go of those of work known to be done (a
+        synchronisation, a query or an event said so), and look again once as many more are held.
+
+        Operations are queued faster than they run, so the stream is rarely drained right after
+        one: each call leaves a checkpoint, and a later one drops what came before a checkpoint
+        that the stream's progress has passed."""
+        with _pruning:
+            if not self.query():  # (a drained stream lets go of everything)
+                held, done = self._held, self._progress[0]
+                of, checkpoints = self._checkpoints
+                if of is not held:  # emptied since: those checkpoints described the old list
+                    checkpoints = []
+                cut = 0
+                while checkpoints and checkpoints[0][0] <= done:
+                    cut = checkpoints.pop(0)[1]
+                if cut:
+                    del held[:cut]
+                    checkpoints = [(mark, n - cut) for mark, n in checkpoints]
+                checkpoints.append((_trace.mark(), len(held)))
+                self._checkpoints = (held, checkpoints)
+            self._held_limit = len(self._held) + _HOLD_CHECK
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
@@ -155,7 +178,7 @@ class Stream:
                 if upto > progress[0]:
                     progress[0] = upto
                     progress[2] = _now()
-                self._held.clear()
+                self._held = []
                 return
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStream")
@@ -172,7 +195,7 @@ class Stream:
                 _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, name)
         _trace.completed(self._progress, upto)
-        self._held.clear()
+        self._held = []
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
@@ -185,7 +208,7 @@ class Stream:
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
         _trace.completed(self._progress, upto)
-        self._held.clear()
+        self._held = []
         return True
 
     def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
@@ -211,7 +234,7 @@ class Stream:
         """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
         self._live_device = -1
         close_now(self._finalizer)  # destroying an owned stream waits for its work
-        self._held.clear()
+        self._held = []
 
     def __enter__(self) -> "Stream":
         self._check_open()
