@@ -325,7 +325,8 @@ def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...],
 
 
 def _apart(a: DeviceArray, b: DeviceArray) -> bool:
-    """Whether two arrays do not overlap (both live)."""
+    """Whether two arrays do not overlap (both live; the fast paths test for separate allocations
+    first, which saves them this call)."""
     return (a._alloc is not b._alloc or a._offset + a._size * a._itemsize <= b._offset
             or b._offset + b._size * b._itemsize <= a._offset)
 
@@ -518,9 +519,10 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
         if layout is not None and code is not None:
             counts, c_counts, c_displs, extent = layout
             mine, device = counts[comm._rank], comm._device_id
-            if (send._alloc.live_device == device and recv._alloc.live_device == device
+            sa, ra = send._alloc, recv._alloc
+            if (sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size >= extent and recv._size >= mine
-                    and _apart(send, recv)):
+                    and (sa is not ra or _apart(send, recv))):
                 _done(comm._api.HcclReduceScatterV(send._cptr, c_counts, c_displs, recv._cptr, mine, send._dtype_c,
                                                    code, comm._handle, st._ptr_cdata),
                       "HcclReduceScatterV", st, (send, recv), comm, mine, send._dtype_c, code)
@@ -631,9 +633,10 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
         if layout is not None:
             counts, c_counts, c_displs, extent = layout
             device = comm._device_id
-            if (send._alloc.live_device == device and recv._alloc.live_device == device
+            sa, ra = send._alloc, recv._alloc
+            if (sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and counts[comm._rank] == send._size and recv._size >= extent
-                    and _apart(send, recv)):
+                    and (sa is not ra or _apart(send, recv))):
                 _done(comm._api.HcclAllGatherV(send._cptr, send._size, recv._cptr, c_counts, c_displs,
                                                send._dtype_c, comm._handle, st._ptr_cdata),
                       "HcclAllGatherV", st, (send, recv), comm, send._size, send._dtype_c, -1)
@@ -766,9 +769,10 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
         received = _known_layout(comm, _RECV, recv_counts, recv_displs) if sent is not None else None
         if received is not None:
             device = comm._device_id
-            if (send._alloc.live_device == device and recv._alloc.live_device == device
+            sa, ra = send._alloc, recv._alloc
+            if (sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size >= sent[3] and recv._size >= received[3]
-                    and _apart(send, recv)):
+                    and (sa is not ra or _apart(send, recv))):
                 _done(comm._api.HcclAlltoAllV(send._cptr, sent[1], sent[2], send._dtype_c, recv._cptr, received[1],
                                               received[2], recv._dtype_c, comm._handle, st._ptr_cdata),
                       "HcclAlltoAllV", st, (send, recv), comm, sent[3], send._dtype_c, -1)
@@ -814,9 +818,10 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
         if layout is not None:
             c_flat, sent, received = layout
             device = comm._device_id
-            if (send._alloc.live_device == device and recv._alloc.live_device == device
+            sa, ra = send._alloc, recv._alloc
+            if (sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size >= sent and recv._size >= received
-                    and _apart(send, recv)):
+                    and (sa is not ra or _apart(send, recv))):
                 _done(comm._api.HcclAlltoAllVC(send._cptr, c_flat, send._dtype_c, recv._cptr, recv._dtype_c,
                                                comm._handle, st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv),
                       comm, sent, send._dtype_c, -1)
