@@ -168,6 +168,18 @@ def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, 
     return out
 
 
+def _unaliased(source: np.ndarray, result: Optional[np.ndarray]) -> np.ndarray:
+    """``source``, or a copy of it when ``result`` overlaps it without being the very same memory.
+
+    The element-wise operations write each chunk's result before they read the next chunk: in
+    place is fine, but an ``out`` that starts inside the input would overwrite input not yet read.
+    (An array that fits in one chunk is read whole before anything is written.)"""
+    if (result is None or source.nbytes <= CHUNK_BYTES or not np.may_share_memory(source, result)
+            or source.__array_interface__["data"][0] == result.__array_interface__["data"][0]):
+        return source
+    return source.copy()
+
+
 def _target(array: Any, argument: str) -> np.ndarray:
     """An array received into in place."""
     if not isinstance(array, np.ndarray):
@@ -375,7 +387,7 @@ def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
     """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
-    _chunked(comm, _source(source), _destination(result), source.size, dtype,
+    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))
     return result
 
@@ -385,7 +397,8 @@ def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np
     source, dtype = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
     is_root = root == comm.rank
-    _chunked(comm, _source(source) if is_root else None, _destination(result), source.size, dtype,
+    send = _source(_unaliased(source, result)) if is_root else None
+    _chunked(comm, send, _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.broadcast(comm, s, root, stream=stream))
     return result
 
@@ -396,7 +409,7 @@ def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, 
     source, dtype = _input(array, "array")
     is_root = root == comm.rank
     result = _output(out, source.shape, source.dtype) if is_root else None
-    _chunked(comm, _source(source), _destination(result), source.size, dtype,
+    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size, dtype,
              lambda s, r, stream: collectives.reduce(comm, s, r, op, root, stream=stream))
     return result
 

@@ -385,6 +385,44 @@ def test_arrays_larger_than_the_default_chunk(monkeypatch: pytest.MonkeyPatch) -
     run(2, _chunked, count, ("float32", "float64", "bfloat16" if ranks.HAVE_BF16 else "float16"), chunk)
 
 
+def _overlapping_out(rank: int, size: int, info: bytes, chunk: int) -> List[str]:
+    hcclpy.host.CHUNK_BYTES = chunk
+    me = Rank(rank, size, info)
+    try:
+        n = 10 * chunk // 4  # float32: ten chunks
+        for shift in (-3 * chunk // 4 - 1, -1, 1, chunk // 4 + 1):  # out starts before or inside the input
+            memory = np.arange(n + abs(shift), dtype=np.float32) * (rank + 1)
+            start = max(-shift, 0)
+            x, out = memory[start:start + n], memory[start + shift:start + shift + n]
+            values = x.copy()
+            me.eq(f"all_reduce, out shifted by {shift}", me.comm.all_reduce(x, out=out), values / (rank + 1) * sum(
+                r + 1 for r in range(size)))
+            memory = np.arange(n + abs(shift), dtype=np.float32) + rank
+            x, out = memory[start:start + n], memory[start + shift:start + shift + n]
+            root_values = np.arange(n, dtype=np.float32) + start
+            me.eq(f"broadcast, out shifted by {shift}", me.comm.broadcast(x, 0, out=out), root_values)
+            memory = np.arange(n + abs(shift), dtype=np.float32) + 1
+            x, out = memory[start:start + n], memory[start + shift:start + shift + n]
+            values = x.copy()
+            got = me.comm.reduce(x, out=out, op="max", root=0)
+            if rank == 0:
+                me.eq(f"reduce, out shifted by {shift}", got, values)
+        in_place = np.arange(n, dtype=np.float32)
+        me.eq("all_reduce in place", me.comm.all_reduce(in_place, out=in_place),
+              np.arange(n, dtype=np.float32) * size)
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+def test_an_out_that_overlaps_the_input(monkeypatch: pytest.MonkeyPatch, staging: str) -> None:
+    # Chunks are written out before later ones are read in: an out= starting inside the input
+    # must not overwrite what is still to be read (NumPy's own functions behave as if on a copy).
+    monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 1024)
+    run(2, _overlapping_out, 1024, staging=staging)
+
+
 def test_staging_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     auto = "pinned" if hcclpy.backend() == "cann" else "direct"
     monkeypatch.delenv("HCCLPY_HOST_STAGING", raising=False)
