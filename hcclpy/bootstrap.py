@@ -252,5 +252,6 @@ def shutdown() -> None:
     global _world
     with _lock:
         comm, _world = _world, None
-    if comm is not None:
+    if comm is not None and not comm.destroyed:
         comm.destroy()
+        comm._closed_by = "destroyed by hcclpy.shutdown()"  # what later calls on it then say

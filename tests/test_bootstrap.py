@@ -189,6 +189,8 @@ def test_init_one_rank_without_environment(clean_env: pytest.MonkeyPatch) -> Non
     assert world() is comm and not comm.destroyed  # the failed call changed nothing
     hcclpy.shutdown()
     assert comm.destroyed and world() is None
+    with pytest.raises(ValueError, match=r"was destroyed by hcclpy\.shutdown\(\)"):
+        comm.all_reduce(np.ones(1))
     hcclpy.shutdown()  # idempotent
     hcclpy.shutdown()
     again = hcclpy.init()  # after shutdown, init works again
