@@ -123,5 +123,7 @@ def resolve(buf: Any, argument: str) -> Buffer:
         return _from_tensor(buf, argument)
     if hasattr(buf, "__dlpack__"):
         return _from_dlpack(buf, argument)
+    host_values = isinstance(buf, (list, float, int, np.generic))
+    hint = "; host values go in a numpy.ndarray (np.asarray(...))" if host_values else ""
     raise TypeError(f"{argument} must be a device buffer (hcclpy.DeviceArray, (ptr, count, dtype) tuple, NPU "
-                    f"tensor or DLPack object), got {type(buf).__name__}")
+                    f"tensor or DLPack object), got {type(buf).__name__}{hint}")
