@@ -95,10 +95,14 @@ def test_one_rank_without_a_launcher() -> None:
     (["broadcast", "-r", "3"], "root must be a rank"),
     (["all_reduce", "-g", "0"], "at least 1"),
     (["gather"], "invalid choice"),
+    # With -g the ranks are not started at all: no rank fails, no launcher message.
+    (["all_reduce", "-g", "2", "-b", "64", "-e", "8"], "empty"),
+    (["broadcast", "-g", "2", "-r", "2"], "root must be a rank (0..1)"),
 ])
 def test_bad_arguments(args: List[str], message: str) -> None:
     result = bench(*args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "exited" not in result.stderr, result.stderr
 
 
 def test_wrong_results_are_counted() -> None:

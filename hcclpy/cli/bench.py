@@ -109,24 +109,29 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..bootstrap import detect_launch
 
+    from ..bench import measure as m
+
+    # Everything that can be checked without the ranks is, before any rank starts.
     if args.ranks is not None and args.ranks < 1:
         args.parser.error(f"-g {args.ranks}: the number of ranks must be at least 1")
+    try:
+        byte_sizes = m.sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+    except ValueError as exc:
+        args.parser.error(str(exc))
     if args.ranks is not None and args.ranks > 1 and detect_launch().launcher == "none":
+        if args.root >= args.ranks:
+            args.parser.error(f"-r {args.root}: the root must be a rank (0..{args.ranks - 1})")
         return _launch_ranks(args, _without_ranks(args.argv))
-    return _measure(args)
+    return _measure(args, byte_sizes)
 
 
-def _measure(args: argparse.Namespace) -> int:
+def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
     import hcclpy
     from ..bench import measure as m, report
     from ..types import ReduceOp, as_datatype
 
     dtype = as_datatype(args.datatype.replace("bfp16", "bfloat16"))
     op = ReduceOp[args.op.upper()]
-    try:
-        byte_sizes = m.sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
-    except ValueError as exc:
-        args.parser.error(str(exc))
     comm = hcclpy.init(timeout=args.timeout)
     try:
         if args.root >= comm.size:
