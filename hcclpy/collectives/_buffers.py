@@ -51,9 +51,10 @@ _DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataTy
 
 
 def _host_error(argument: str, what: str) -> TypeError:
-    return TypeError(f"{argument} is {what} in host memory; collectives here take device memory "
-                     "(hcclpy.DeviceArray, a (ptr, count, dtype) tuple, an NPU tensor). Pass NumPy arrays to the "
-                     "Communicator methods, which stage them through the device.")
+    return TypeError(f"{argument} is {what} in host memory; a collective on device memory needs it for every "
+                     "buffer (hcclpy.DeviceArray, a (ptr, count, dtype) tuple, an NPU tensor). NumPy arrays are "
+                     "staged through the device when every array of the call is one; CPU tensors, through the "
+                     "hcclpy torch backend.")
 
 
 def _from_tuple(buf: tuple, argument: str) -> Buffer:
