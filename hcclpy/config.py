@@ -16,6 +16,7 @@ understands is asked once through ``HcclGetCommConfigCapability``:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import struct
@@ -147,7 +148,13 @@ class CommConfig:
             fields = {f.name for f in dataclasses.fields(cls)}
             unknown = sorted(set(value) - fields)
             if unknown:
-                raise TypeError(f"unknown CommConfig key(s) {unknown}; valid keys: {sorted(fields)}")
+                guesses = []
+                for key in unknown:
+                    match = difflib.get_close_matches(str(key), fields, n=1)
+                    if match:
+                        guesses.append(f"{match[0]!r} for {key!r}")
+                hint = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+                raise TypeError(f"unknown CommConfig key(s) {unknown}{hint}; valid keys: {sorted(fields)}")
             return cls(**value)
         raise TypeError(f"config must be a CommConfig, a dict or None, got {type(value).__name__}")
 

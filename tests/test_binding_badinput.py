@@ -374,7 +374,7 @@ def test_communicator_arguments() -> None:
         ("config int", lambda: hcclpy.Communicator(1, info, 0, config=5), TypeError,
          "^config must be a CommConfig, a dict or None"),
         ("config key", lambda: hcclpy.Communicator(1, info, 0, config={"timeout": 5}), TypeError,
-         r"^unknown CommConfig key\(s\) \['timeout'\]"),
+         r"^unknown CommConfig key\(s\) \['timeout'\] \(did you mean 'exec_timeout' for 'timeout'\?\)"),
         ("config value", lambda: hcclpy.Communicator(1, info, 0, config={"qos": 9}), ValueError,
          r"^CommConfig.qos=9 must be an int in \[0, 7\]"),
         ("device out of range", lambda: hcclpy.Communicator(1, info, 0, device=hcclpy.device_count()), ValueError,
