@@ -150,7 +150,9 @@ class Stream:
                 if cut:
                     del held[:cut]
                     checkpoints = [(mark, n - cut) for mark, n in checkpoints]
-                checkpoints.append((_trace.mark(), len(held)))
+                # The count before the mark: what another thread queues meanwhile lands after both.
+                count = len(held)
+                checkpoints.append((_trace.mark(), count))
                 self._checkpoints = (held, checkpoints)
             self._held_limit = len(self._held) + _HOLD_CHECK
 
