@@ -115,25 +115,48 @@ def test_collected_stream_warns() -> None:
 def test_buffers_of_drained_work_are_let_go_without_a_synchronize(comm: hcclpy.Communicator) -> None:
     # A stream keeps the buffers of queued operations alive; a job that only ever waits on events
     # must not make that list grow without end once the work is done.
-    from hcclpy.runtime._stream import _HOLD_CHECK
+    from hcclpy.runtime._stream import HOLD_CHECK
 
     stream = hcclpy.Device(0).create_stream()
     a = hcclpy.zeros(4, "float32", device=0)
     b = hcclpy.zeros(4, "float32", device=0)
     longest = 0
-    for i in range(3 * _HOLD_CHECK):
+    for i in range(3 * HOLD_CHECK):
         if i % 3:  # two buffers held per call, then one: the check must not depend on landing on a count
             comm.all_reduce(a, b, stream=stream)
         else:
             comm.broadcast(a, 0, stream=stream)
         if i % 100 == 99:
             stream.record().synchronize()  # the work so far is done, but the stream is not synchronised
-        longest = max(longest, len(stream._held))
-    # Let go at a check once a previous check's checkpoint is passed: at most two intervals' worth.
-    assert longest <= 2 * _HOLD_CHECK + 2, f"{longest} buffers held for work that was done"
+        longest = max(longest, len(stream._held) + sum(len(segment) for _, segment in stream._sealed))
+    # Sealed at each check, let go at the next one once an event passed the seal: two checks' worth.
+    assert longest <= 2 * HOLD_CHECK + 2, f"{longest} buffers held for work that was done"
     temporary = hcclpy.zeros(4, "float32", device=0)
     comm.all_reduce(temporary, stream=stream)
     assert any(held is temporary for held in stream._held), "a queued operation's buffer was let go"
+    stream.synchronize()
+    assert not stream._held and not stream._sealed
+    stream.close()
+
+
+def test_a_synchronisation_keeps_what_is_queued_while_it_waits(comm: hcclpy.Communicator) -> None:
+    # Another thread may queue work on the stream while this one waits for it: that work is not
+    # done when the wait ends, so its buffers must stay held.
+    stream = hcclpy.Device(0).create_stream()
+    early, late = hcclpy.zeros(4, "float32", device=0), hcclpy.zeros(4, "float32", device=0)
+    comm.all_reduce(early, stream=stream)
+    wait = stream._sync
+
+    def wait_while_another_thread_queues(handle: Any) -> int:
+        rc = wait(handle)
+        comm.all_reduce(late, stream=stream)
+        return rc
+
+    stream._sync = wait_while_another_thread_queues
+    stream.synchronize()
+    stream._sync = wait
+    assert any(held is late for held in stream._held), "work queued during the wait lost its buffers"
+    assert not any(held is early for held in stream._held)
     stream.synchronize()
     assert not stream._held
     stream.close()

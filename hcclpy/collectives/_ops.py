@@ -30,6 +30,7 @@ import numpy as np
 from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import DeviceArray, Stream
+from ..runtime._stream import HOLD_CHECK as _HOLD_CHECK
 from ..types import ReduceOp, as_reduce_op
 from ._buffers import Buffer, resolve
 
@@ -130,8 +131,8 @@ def _done(rc: int, name: str, stream: Stream, keep: Sequence[Any], comm: CommCor
     # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
     held.extend(keep)
-    if len(held) > stream._held_limit:
-        stream._prune_held()
+    if len(held) > _HOLD_CHECK:
+        stream._seal_held()
 
 
 def _on_device(comm: CommCore, buf: Buffer, argument: str) -> None:
@@ -385,8 +386,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                 held = st._held
                 held.append(send)
                 held.append(recv)
-                if len(held) > st._held_limit:
-                    st._prune_held()
+                if len(held) > _HOLD_CHECK:
+                    st._seal_held()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
         _supported(comm, "all_reduce", send.dtype, op)

@@ -12,8 +12,8 @@ from ._lifetime import attach, close_now
 
 __all__ = ["Stream"]
 
-_HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
-_pruning = threading.Lock()
+HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
+_sealing = threading.RLock()  # guards every stream's sealed segments (rarely taken)
 _marks, _now = _trace.counter, _trace.now
 
 
@@ -34,7 +34,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_held_limit", "_checkpoints", "_progress", "_sync")
+                 "_live_device", "_held", "_sealed", "_progress", "_sync")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -54,12 +54,11 @@ class Stream:
         self._live_device = device.id
         # Buffers of queued operations, kept alive until the stream is known to be done with them:
         # otherwise a temporary array could be freed, and its memory reused, under a queued collective.
-        # A list that is emptied is replaced, never cleared, so that the checkpoints of
-        # _prune_held() can tell whether they still describe it.
+        # The operations append to _held (from any thread); a synchronisation lets go of the ones
+        # held when it began. Beyond HOLD_CHECK, _seal_held() moves them to a segment in _sealed,
+        # under a mark, and lets go of a segment once the stream's progress passes its mark.
         self._held: list = []
-        self._held_limit = _HOLD_CHECK  # how many before checking whether the stream has drained
-        # (the held list, [(mark, n)]): its first n buffers belong to work queued before the mark
-        self._checkpoints: Tuple[list, List[Tuple[int, int]]] = (self._held, [])
+        self._sealed: List[Tuple[int, list]] = []
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         self._sync = _ffi.api().aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
         release = None
@@ -131,30 +130,28 @@ class Stream:
             raise ValueError("operation on a closed Stream")
         return self._ptr_cdata
 
-    def _prune_held(self) -> None:
-        """Many buffers are held for queued work: let go of those of work known to be done (a
-        synchronisation, a query or an event said so), and look again once as many more are held.
-
-        Operations are queued faster than they run, so the stream is rarely drained right after
-        one: each call leaves a checkpoint, and a later one drops what came before a checkpoint
-        that the stream's progress has passed."""
-        with _pruning:
+    def _seal_held(self) -> None:
+        """Many buffers are held for queued work. Operations are queued faster than they run, so
+        the stream is rarely drained right after one, and a job that only waits on events never
+        synchronises it: seal the held buffers off under a mark, and let go of the segments whose
+        mark the stream's progress (from an event, a query or a synchronisation) has passed."""
+        with _sealing:
+            segment, self._held = self._held, []
+            # After the swap: an operation whose buffers are in the segment was queued before its
+            # thread read self._held, so before this mark.
+            mark = next(_marks)
             if not self.query():  # (a drained stream lets go of everything)
-                held, done = self._held, self._progress[0]
-                of, checkpoints = self._checkpoints
-                if of is not held:  # emptied since: those checkpoints described the old list
-                    checkpoints = []
-                cut = 0
-                while checkpoints and checkpoints[0][0] <= done:
-                    cut = checkpoints.pop(0)[1]
-                if cut:
-                    del held[:cut]
-                    checkpoints = [(mark, n - cut) for mark, n in checkpoints]
-                # The count before the mark: what another thread queues meanwhile lands after both.
-                count = len(held)
-                checkpoints.append((_trace.mark(), count))
-                self._checkpoints = (held, checkpoints)
-            self._held_limit = len(self._held) + _HOLD_CHECK
+                done = self._progress[0]
+                self._sealed = [s for s in self._sealed if s[0] > done] + [(mark, segment)]
+
+    def _let_go(self, held: list, count: int, upto: int) -> None:
+        """Work queued before mark ``upto`` is done: let go of the first ``count`` buffers of ``held``
+        (those held when the wait began; other threads may have added more since) and of the
+        segments sealed before ``upto``."""
+        del held[:count]
+        if self._sealed:
+            with _sealing:
+                self._sealed = [s for s in self._sealed if s[0] > upto]
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
@@ -173,6 +170,8 @@ class Stream:
             If queued work failed; a failed collective makes the stream fail for good.
         """
         if timeout is None and self._live_device >= 0:  # the common call, with the checks inlined
+            held = self._held
+            count = len(held)
             upto = next(_marks)
             rc = self._sync(self._ptr_cdata)
             if not rc:
@@ -180,13 +179,17 @@ class Stream:
                 if upto > progress[0]:
                     progress[0] = upto
                     progress[2] = _now()
-                self._held = []
+                del held[:count]
+                if self._sealed:
+                    self._let_go(held, 0, upto)
                 return
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStream")
         ms = _timeout_ms(timeout)
         bound = _ffi.api()
         cdata = self._cdata()
+        held = self._held
+        count = len(held)
         upto = _trace.mark()
         if ms < 0:
             rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
@@ -197,11 +200,13 @@ class Stream:
                 _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, name)
         _trace.completed(self._progress, upto)
-        self._held = []
+        self._let_go(held, count, upto)
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
         bound = _ffi.api()
+        held = self._held
+        count = len(held)
         upto = _trace.mark()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
         if rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
@@ -210,7 +215,7 @@ class Stream:
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
         _trace.completed(self._progress, upto)
-        self._held = []
+        self._let_go(held, count, upto)
         return True
 
     def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
@@ -236,7 +241,7 @@ class Stream:
         """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
         self._live_device = -1
         close_now(self._finalizer)  # destroying an owned stream waits for its work
-        self._held = []
+        self._held, self._sealed = [], []
 
     def __enter__(self) -> "Stream":
         self._check_open()
