@@ -139,6 +139,27 @@ def test_buffers_of_drained_work_are_let_go_without_a_synchronize(comm: hcclpy.C
     stream.close()
 
 
+def test_queued_copies_keep_their_arrays_alive() -> None:
+    # A temporary passed to a copy or a memset on a stream must outlive the queued work, as the
+    # buffers of a queued collective do: freed early, its memory could be reused under the copy.
+    stream = hcclpy.Device(0).create_stream()
+    values = np.arange(1 << 16, dtype=np.float32)
+    pinned = hcclpy.pinned_empty(values.shape, "float32")
+    pinned[:] = values
+    dst = hcclpy.zeros(values.size, "float32", device=0)
+    dst.copy_from(hcclpy.from_numpy(values, device=0), stream=stream)  # a temporary device source
+    hcclpy.zeros(4, "float32", device=0).fill_zero(stream=stream)  # a temporary target
+    hcclpy.zeros(values.size, "float32", device=0).copy_from(pinned, stream=stream)
+    gc.collect()
+    kinds = [type(held).__name__ for held in stream._held]
+    assert kinds.count("DeviceArray") == 4 and kinds.count("ndarray") == 1, kinds  # dst and three temporaries
+    stream.synchronize()
+    assert not stream._held
+    np.testing.assert_array_equal(dst.to_numpy(), values)
+    stream.close()
+    dst.close()
+
+
 def test_a_synchronisation_keeps_what_is_queued_while_it_waits(comm: hcclpy.Communicator) -> None:
     # Another thread may queue work on the stream while this one waits for it: that work is not
     # done when the wait ends, so its buffers must stay held.

@@ -229,7 +229,9 @@ class DeviceArray:
             raise ValueError(f"{argument} has {array.size} elements, the DeviceArray {self._size}")
         return array
 
-    def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream]) -> None:
+    def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...]) -> None:
+        """Copy this array's bytes from ``src`` to ``dst`` (addresses), now or queued on ``stream``,
+        which then keeps ``keep`` (the arrays involved) alive until the copy is done."""
         nbytes = self.nbytes
         if nbytes == 0:
             return
@@ -242,13 +244,14 @@ class DeviceArray:
             raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
         _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
                                               stream._cdata()), "aclrtMemcpyAsync")
+        stream._hold(keep)
 
     def copy_from(self, src: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
         """Copy ``src`` (same dtype and size) into this array.
 
-        Without ``stream`` the copy is done when the call returns. With ``stream`` it is queued there;
-        a host ``src`` must then stay alive and unchanged until the stream is synchronised (and the
-        copy is only asynchronous for pinned memory, see :func:`pinned_empty`).
+        Without ``stream`` the copy is done when the call returns. With ``stream`` it is queued there,
+        and the stream keeps both arrays alive until it is done; a host ``src`` must stay unchanged
+        until then (the copy is only asynchronous for pinned memory, see :func:`pinned_empty`).
         """
         self._check_open()
         if isinstance(src, DeviceArray):
@@ -256,14 +259,14 @@ class DeviceArray:
             if src._dtype != self._dtype or src._size != self._size:
                 raise ValueError(f"src is {src._size} x {src._dtype.name.lower()}, this array "
                                  f"{self._size} x {self._dtype.name.lower()}")
-            self._copy(self.ptr, src.ptr, _D2D, stream)
+            self._copy(self.ptr, src.ptr, _D2D, stream, (self, src))
             return
         array = self._host_array(src, "src")
         if not array.flags.c_contiguous:
             if stream is not None:
                 raise ValueError("src must be C-contiguous for a copy on a stream (use np.ascontiguousarray)")
             array = np.ascontiguousarray(array)
-        self._copy(self.ptr, array.ctypes.data, _H2D, stream)
+        self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array))
 
     def copy_to(self, dst: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
         """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable and
@@ -277,7 +280,7 @@ class DeviceArray:
             raise ValueError("dst is read-only")
         if not array.flags.c_contiguous:
             raise ValueError("dst must be C-contiguous")
-        self._copy(array.ctypes.data, self.ptr, _D2H, stream)
+        self._copy(array.ctypes.data, self.ptr, _D2H, stream, (self, array))
 
     def to_numpy(self, *, stream: Optional[Stream] = None) -> np.ndarray:
         """A new host array with a copy of the data (after ``stream``'s queued work, if given)."""
@@ -299,6 +302,7 @@ class DeviceArray:
         else:
             _ffi.check_acl(bound.aclrtMemsetAsync(ptr, self.nbytes, 0, self.nbytes, stream._cdata()),
                            "aclrtMemsetAsync")
+            stream._hold((self,))
 
     def close(self) -> None:
         """Free the memory now (every view of it becomes unusable). Idempotent."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
 from ..errors import AclErrorCode
@@ -129,6 +129,14 @@ class Stream:
         if self._live_device < 0:
             raise ValueError("operation on a closed Stream")
         return self._ptr_cdata
+
+    def _hold(self, keep: Sequence[Any]) -> None:
+        """Keep ``keep`` alive until the work just queued is known to be done. (The collectives do
+        the same inline.)"""
+        held = self._held
+        held.extend(keep)
+        if len(held) > HOLD_CHECK:
+            self._seal_held()
 
     def _seal_held(self) -> None:
         """Many buffers are held for queued work. Operations are queued faster than they run, so
