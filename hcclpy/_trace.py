@@ -23,14 +23,16 @@ __all__ = ["capacity", "completed", "enabled", "failed", "mark", "new_progress",
            "set_enabled"]
 
 
-def _env_int(name: str, default: int) -> int:
+def _ring_size() -> int:
+    """``HCCLPY_TRACE_SIZE`` (default 1024, at least 16)."""
+    raw = os.environ.get("HCCLPY_TRACE_SIZE", "").strip()
     try:
-        return max(int(os.environ.get(name, default)), 16)
+        return max(int(raw), 16) if raw else 1024
     except ValueError:
-        return default
+        raise ValueError(f"HCCLPY_TRACE_SIZE is {raw!r}; use a whole number of operations (16 or more)") from None
 
 
-capacity = 1 << (_env_int("HCCLPY_TRACE_SIZE", 1024) - 1).bit_length()  # a power of two: index by mask
+capacity = 1 << (_ring_size() - 1).bit_length()  # a power of two: index by mask
 enabled = os.environ.get("HCCLPY_TRACE", "1") != "0"
 
 ring: List[Optional[tuple]] = [None] * capacity

@@ -43,8 +43,25 @@ __all__ = [
     "staged", "staged_batch", "staged_elementwise",
 ]
 
+def _chunk_bytes() -> int:
+    """``HCCLPY_HOST_CHUNK_BYTES``: bytes, optionally with a K, M or G suffix (default 2M)."""
+    raw = os.environ.get("HCCLPY_HOST_CHUNK_BYTES", "").strip()
+    if not raw:
+        return 2 << 20
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = raw.upper().rstrip("B")
+    try:
+        value = int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
+    except ValueError:
+        value = 0
+    if value < 1024:
+        raise ValueError(f"HCCLPY_HOST_CHUNK_BYTES is {raw!r}; use a number of bytes of at least 1024, "
+                         "optionally with a K, M or G suffix (e.g. 2M)")
+    return value
+
+
 # Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
-CHUNK_BYTES = int(os.environ.get("HCCLPY_HOST_CHUNK_BYTES", str(2 << 20)))
+CHUNK_BYTES = _chunk_bytes()
 STAGING_MODES = ("auto", "pinned", "direct")
 
 
