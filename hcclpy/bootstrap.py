@@ -60,11 +60,18 @@ def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _port_env(env: Mapping[str, str], name: str) -> Optional[int]:
+    port = _int_env(env, name)
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"environment variable {name}={port} is not a TCP port (1..65535)")
+    return port
+
+
 def _port(env: Mapping[str, str], job_id: str) -> int:
-    explicit = _int_env(env, "HCCLPY_RENDEZVOUS_PORT")
+    explicit = _port_env(env, "HCCLPY_RENDEZVOUS_PORT")
     if explicit is not None:
         return explicit
-    master = _int_env(env, "MASTER_PORT")
+    master = _port_env(env, "MASTER_PORT")
     if master is not None:
         if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             # torchrun's agent serves its own store on MASTER_PORT: every rank derives the same

@@ -86,6 +86,9 @@ def test_rendezvous_port_variable_wins() -> None:
         assert detect_launch({**env, "HCCLPY_RENDEZVOUS_PORT": "31001"}).master_port == 31001
     with pytest.raises(ValueError, match="HCCLPY_RENDEZVOUS_PORT='x' is not an integer"):
         detect_launch({"HCCLPY_RENDEZVOUS_PORT": "x"})
+    for name, value in (("HCCLPY_RENDEZVOUS_PORT", "99999"), ("MASTER_PORT", "0")):
+        with pytest.raises(ValueError, match=f"{name}={value} is not a TCP port \\(1..65535\\)"):
+            detect_launch({"RANK": "0", "WORLD_SIZE": "2", name: value})
 
 
 def test_detect_torchrun_defaults() -> None:
