@@ -95,6 +95,7 @@ def test_one_rank_without_a_launcher() -> None:
     (["broadcast", "-r", "3"], "root must be a rank"),
     (["all_reduce", "-g", "0"], "at least 1"),
     (["gather"], "invalid choice"),
+    (["all_reduce", "-n", "x"], "must be a whole number >= 0, got 'x'"),
     # With -g the ranks are not started at all: no rank fails, no launcher message.
     (["all_reduce", "-g", "2", "-b", "64", "-e", "8"], "empty"),
     (["broadcast", "-g", "2", "-r", "2"], "root must be a rank (0..1)"),

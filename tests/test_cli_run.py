@@ -214,6 +214,11 @@ def test_usage_errors(tmp_path):
     assert hcclpy_run("-m", "--no-python", "x").returncode == 2
     missing = hcclpy_run("-n", "1", str(tmp_path / "missing.py"))
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    for option, value, message in (("-n", "two", "must be a whole number >= 1, got 'two'"),
+                                   ("--master-port", "http", "must be a TCP port in 1..65535, got 'http'"),
+                                   ("--timeout", "1m", "must be a positive number of seconds, got '1m'")):
+        wrong = hcclpy_run(option, value, path)
+        assert wrong.returncode == 2 and message in wrong.stderr, wrong.stderr
 
 
 def test_program_that_cannot_start_exits_127(tmp_path):

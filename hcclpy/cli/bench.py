@@ -19,6 +19,8 @@ import subprocess
 import sys
 from typing import Any, List
 
+from . import _numbers
+
 __all__ = ["add_parser", "run"]
 
 _OPERATIONS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -35,13 +37,6 @@ def _size(text: str) -> int:
         return int(cleaned)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, with an optional K, M or G)") from None
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must not be negative")
-    return value
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -62,10 +57,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-d", "--datatype", choices=_DTYPES, default="fp32", help="data type (default fp32)")
     parser.add_argument("-o", "--op", choices=("sum", "prod", "max", "min"), default="sum",
                         help="reduction (default sum)")
-    parser.add_argument("-r", "--root", type=_non_negative, default=0, help="root rank (default 0)")
-    parser.add_argument("-w", "--warmup_iters", type=_non_negative, default=5, metavar="N",
+    parser.add_argument("-r", "--root", type=_numbers.non_negative_int, default=0, help="root rank (default 0)")
+    parser.add_argument("-w", "--warmup_iters", type=_numbers.non_negative_int, default=5, metavar="N",
                         help="untimed calls per size (default 5)")
-    parser.add_argument("-n", "--iters", type=_non_negative, default=0, metavar="N",
+    parser.add_argument("-n", "--iters", type=_numbers.non_negative_int, default=0, metavar="N",
                         help="timed calls per size; 0 (default): 1,000 up to 256 KiB, then 256 MiB / size, "
                         "at least 20")
     parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
@@ -76,7 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--csv", metavar="FILE", help="also write the results as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="also plot busbw and time against size (matplotlib)")
-    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+    parser.add_argument("--timeout", type=_numbers.seconds, default=600.0, metavar="S",
                         help="seconds any wait may take (default 600)")
     parser.set_defaults(handler=run, parser=parser)
     return parser

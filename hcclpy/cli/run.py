@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from . import _numbers
+
 __all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "rank_environment",
            "rendezvous_port", "run"]
 
@@ -70,34 +72,6 @@ _DRAIN = 1.0  # seconds to wait for output still in flight once every rank has e
 
 # ------------------------------------------------------------------------------ command line
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``hcclpy run`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     parser = subparsers.add_parser(
@@ -107,19 +81,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "their output prefixed with [rank]. If a rank fails, the others are stopped and its exit code is "
         "returned; --timeout exits with 124.",
         epilog="Everything after the script (or module) name is passed to it.")
-    parser.add_argument("-n", "--nproc-per-node", dest="nproc", type=_positive_int, default=1, metavar="N",
+    parser.add_argument("-n", "--nproc-per-node", dest="nproc", type=_numbers.positive_int, default=1, metavar="N",
                         help="ranks to start on this node (default 1)")
-    parser.add_argument("--nnodes", type=_positive_int, default=1, metavar="K",
+    parser.add_argument("--nnodes", type=_numbers.positive_int, default=1, metavar="K",
                         help="number of nodes, each running its own 'hcclpy run' (default 1)")
-    parser.add_argument("--node-rank", type=_non_negative_int, default=0, metavar="I",
+    parser.add_argument("--node-rank", type=_numbers.non_negative_int, default=0, metavar="I",
                         help="this node's index in 0..K-1 (default 0)")
     parser.add_argument("--master-addr", default="127.0.0.1", metavar="A",
                         help="address of the node hosting rank 0's rendezvous (default 127.0.0.1)")
-    parser.add_argument("--master-port", type=_port, default=None, metavar="P",
+    parser.add_argument("--master-port", type=_numbers.port, default=None, metavar="P",
                         help="port of that rendezvous; required with --nnodes > 1, else a free port is picked")
-    parser.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    parser.add_argument("--timeout", type=_numbers.seconds, default=None, metavar="S",
                         help="stop every rank after S seconds and exit with 124")
-    parser.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE, metavar="S",
+    parser.add_argument("--grace", type=_numbers.seconds, default=DEFAULT_GRACE, metavar="S",
                         help=f"seconds between SIGTERM and SIGKILL when stopping ranks (default {DEFAULT_GRACE:g})")
     parser.add_argument("--no-prefix", dest="prefix", action="store_false",
                         help="pass the ranks' output through as it is, without [rank] prefixes")

@@ -1,0 +1,46 @@
+"""argparse types for the numbers the subcommands take: a wrong value is named, with what is allowed
+(argparse's own message would name the Python function)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, TypeVar
+
+__all__ = ["non_negative_int", "port", "positive_int", "seconds"]
+
+Number = TypeVar("Number", int, float)
+
+
+def _number(text: str, convert: Callable[[str], Number], what: str) -> Number:
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int, "a whole number >= 1")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _number(text, int, "a whole number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = _number(text, int, "a TCP port in 1..65535")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    value = _number(text, float, "a positive number of seconds")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
