@@ -137,6 +137,11 @@ def _staging(comm: CommCore) -> _Staging:
     if not isinstance(comm, CommCore):
         raise TypeError(f"comm must be an hcclpy.Communicator, got {type(comm).__name__}")
     comm._live_handle()
+    if collectives.group_active():
+        # The call would copy out a result the deferred operation has not produced yet.
+        raise RuntimeError("NumPy arrays cannot be used inside hcclpy.group(): their calls block until the result "
+                           "is back, but the group's operations run only when it ends. Use device arrays "
+                           "(hcclpy.DeviceArray) in the group, or make this call outside it")
     state = comm._host_state
     if state is None:
         with _creating:

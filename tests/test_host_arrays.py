@@ -663,6 +663,31 @@ def test_argument_errors(size: int) -> None:
     run(size, _errors)
 
 
+def _inside_a_group(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        x = np.full(4, rank + 1, dtype=np.float32)
+        for name, call in (("all_reduce", lambda: me.comm.all_reduce(x)), ("all_gather", lambda: me.comm.all_gather(x)),
+                           ("host barrier", lambda: hcclpy.host.barrier(me.comm))):
+            try:
+                with hcclpy.group():
+                    call()
+            except RuntimeError as exc:
+                me.check(name, "inside hcclpy.group()" in str(exc), f"message: {exc}")
+            else:
+                me.problems.append(f"{name}: a NumPy call inside hcclpy.group() did not raise")
+        me.eq("all_reduce after the group", me.comm.all_reduce(x), np.full(4, size * (size + 1) / 2, np.float32))
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_numpy_calls_are_refused_inside_a_group() -> None:
+    # Inside a group the operations run at its end, but a NumPy call copies its result out at
+    # once: it returned its own input (all_reduce) or zeros (all_gather) before this was refused.
+    run(2, _inside_a_group, timeout=60)
+
+
 def _destroyed(rank: int, size: int, info: bytes) -> List[str]:
     me = Rank(rank, size, info)
     me.comm.destroy()
