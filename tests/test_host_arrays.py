@@ -667,8 +667,9 @@ def _inside_a_group(rank: int, size: int, info: bytes) -> List[str]:
     me = Rank(rank, size, info)
     try:
         x = np.full(4, rank + 1, dtype=np.float32)
-        for name, call in (("all_reduce", lambda: me.comm.all_reduce(x)), ("all_gather", lambda: me.comm.all_gather(x)),
-                           ("host barrier", lambda: hcclpy.host.barrier(me.comm))):
+        calls = (("all_reduce", lambda: me.comm.all_reduce(x)), ("all_gather", lambda: me.comm.all_gather(x)),
+                 ("host barrier", lambda: hcclpy.host.barrier(me.comm)))
+        for name, call in calls:
             try:
                 with hcclpy.group():
                     call()
@@ -773,7 +774,8 @@ def _foreign_byte_order(rank: int, size: int, info: bytes) -> List[str]:
             ("out=", lambda: me.comm.all_reduce(values, out=np.empty_like(swapped)),
              r"out\.dtype is [<>]f4, the result is float32"),
             ("recv into", lambda: me.comm.recv(np.empty_like(swapped), 0), r"byte order"),
-            ("copy_from", lambda: device.copy_from(swapped), r"src\.dtype='[<>]f4' is not in this machine's byte order"),
+            ("copy_from", lambda: device.copy_from(swapped),
+             r"src\.dtype='[<>]f4' is not in this machine's byte order"),
             ("copy_to", lambda: device.copy_to(np.empty_like(swapped)), r"dst\.dtype=.*byte order"),
             ("empty", lambda: hcclpy.empty(2, swapped.dtype, device=me.comm.device), r"byte order"),
         ]
