@@ -305,6 +305,9 @@ def test_device_array_close_and_views() -> None:
         a[10]
     with pytest.raises(TypeError):
         a["x"]
+    for convert in (np.asarray, np.array):  # not an object array of element views
+        with pytest.raises(TypeError, match=r"device memory, which NumPy cannot read.*\.to_numpy\(\)"):
+            convert(a)
     with a:
         pass
     assert a.closed and view.closed  # every view of the memory

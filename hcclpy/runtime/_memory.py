@@ -168,6 +168,11 @@ class DeviceArray:
         state = "closed, " if self.closed else ""
         return f"<hcclpy.DeviceArray {state}shape={self._shape} dtype={self._dtype.name.lower()} on {self.device!r}>"
 
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        # Without this, np.asarray() would build an object array of element views, silently.
+        raise TypeError("a DeviceArray is device memory, which NumPy cannot read: copy it to the host with "
+                        ".to_numpy()")
+
     def _check_open(self) -> None:
         if self.closed:
             raise ValueError("operation on a closed DeviceArray (its memory was freed)")
