@@ -241,7 +241,12 @@ def test_events_record_query_synchronize_elapsed() -> None:
         untimed.synchronize()
         with pytest.raises(ValueError, match="timing=True"):
             start.elapsed_time(untimed)
-        for event in (start, end, untimed):
+        fresh = device.create_event()
+        with pytest.raises(ValueError, match=r"needs both events recorded .*; not recorded: end$"):
+            start.elapsed_time(fresh)
+        with pytest.raises(ValueError, match=r"not recorded: the start event$"):
+            fresh.elapsed_time(start)
+        for event in (start, end, untimed, fresh):
             event.close()
 
 

@@ -124,14 +124,19 @@ class Event:
         Raises
         ------
         ValueError
-            If either event was created with ``timing=False``.
+            If either event was created with ``timing=False``, or has never been recorded.
         """
         if not isinstance(end, Event):
             raise TypeError(f"end must be an hcclpy.Event, got {type(end).__name__}")
         if not (self._timing and end._timing):
             raise ValueError("elapsed_time needs two events created with timing=True")
+        start_cdata, end_cdata = self._cdata(), end._cdata()  # (closed events are refused first)
+        unrecorded = [name for name, event in (("the start event", self), ("end", end)) if event._recorded is None]
+        if unrecorded:
+            raise ValueError(f"elapsed_time needs both events recorded with Event.record(stream); not recorded: "
+                             f"{', '.join(unrecorded)}")
         ms = _ffi.new("float *")
-        _ffi.check_acl(_ffi.api().aclrtEventElapsedTime(ms, self._cdata(), end._cdata()), "aclrtEventElapsedTime")
+        _ffi.check_acl(_ffi.api().aclrtEventElapsedTime(ms, start_cdata, end_cdata), "aclrtEventElapsedTime")
         return float(ms[0])
 
     def close(self) -> None:
