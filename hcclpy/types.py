@@ -151,7 +151,10 @@ def as_reduce_op(value: Any, *, argument: str = "op") -> ReduceOp:
             return ReduceOp(int(value))
     except (KeyError, ValueError):
         pass
-    raise ValueError(f"{argument}={value!r} is not a reduce operation (sum, prod, max, min)")
+    hint = ""
+    if isinstance(value, str) and value.strip().lower() in ("avg", "average", "mean"):
+        hint = "; HCCL has no average: reduce with sum, then divide by the communicator's size"
+    raise ValueError(f"{argument}={value!r} is not a reduce operation (sum, prod, max, min){hint}")
 
 
 def numpy_dtype(dtype: DataType) -> np.dtype:
