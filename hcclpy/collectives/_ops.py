@@ -767,7 +767,10 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     if type(send) is DeviceArray and type(recv) is DeviceArray:
         st = _fast(comm, stream)
         sent = _known_layout(comm, _SEND, send_counts, send_displs) if st is not None else None
-        received = _known_layout(comm, _RECV, recv_counts, recv_displs) if sent is not None else None
+        if sent is not None and recv_counts is send_counts and recv_displs is send_displs:
+            received = sent  # the same lists for both sides (a symmetric exchange): one lookup
+        else:
+            received = _known_layout(comm, _RECV, recv_counts, recv_displs) if sent is not None else None
         if received is not None:
             device = comm._device_id
             sa, ra = send._alloc, recv._alloc
