@@ -33,7 +33,7 @@ from typing import List, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from numpy_vs_device import human, launch, parse_size, sweep_arguments  # noqa: E402  (a sibling script)
+from numpy_vs_device import human, launch, sweep_arguments  # noqa: E402  (a sibling script)
 
 SIZES = [8 << (3 * i) for i in range(6)] + [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BANDWIDTH_FROM = 1 << 20     # busbw target applies from this size up

@@ -43,6 +43,7 @@ __all__ = [
     "staged", "staged_batch", "staged_elementwise",
 ]
 
+
 def _chunk_bytes() -> int:
     """``HCCLPY_HOST_CHUNK_BYTES``: bytes, optionally with a K, M or G suffix (default 2M)."""
     raw = os.environ.get("HCCLPY_HOST_CHUNK_BYTES", "").strip()

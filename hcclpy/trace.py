@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from . import _ffi, _trace
 from .types import DataType, ReduceOp

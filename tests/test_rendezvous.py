@@ -18,7 +18,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Any, Iterator, List
 
 import pytest
 

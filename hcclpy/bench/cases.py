@@ -80,7 +80,7 @@ class Case:
         self.operation, self.comm, self.dtype = operation, comm, dtype
         self.op = op if reduces else None
         self.root = root if rooted else -1
-        n, rank = comm.size, comm.rank
+        n = comm.size
         per_rank_bytes = nbytes // n if whole else nbytes
         self.block = max(per_rank_bytes // dtype.itemsize, 0)  # elements each rank contributes
         self.count = self.block * n if whole else self.block  # the elements nccl-tests prints
@@ -126,7 +126,7 @@ class Case:
 
     def fill(self, in_place: bool) -> None:
         """Write this rank's inputs (into the buffer the in-place call reads)."""
-        rank, n, block = self.comm.rank, self._ranks, self.block
+        rank, block = self.comm.rank, self.block
         if self.operation == "all_gather" and in_place:
             _raw(self.recv[rank * block:(rank + 1) * block]).copy_from(_values(self.dtype, self._input(rank)))
             return

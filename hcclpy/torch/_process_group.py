@@ -24,7 +24,6 @@ from ..communicator import Communicator
 from ..config import CommConfig
 from ..rootinfo import RootInfo
 from ..runtime import Device, device_count
-from ..types import DataType
 from ._dtypes import Reduction, movement, reduction
 from ._p2p import Channel, p2p_config
 from ._transport import DeviceTransport, HostTransport, npu_stream
