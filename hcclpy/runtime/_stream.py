@@ -147,10 +147,10 @@ class Stream:
             segment, self._held = self._held, []
             # After the swap: an operation whose buffers are in the segment was queued before its
             # thread read self._held, so before this mark.
-            mark = next(_marks)
+            self._sealed.append((next(_marks), segment))  # before the query, which may raise
             if not self.query():  # (a drained stream lets go of everything)
                 done = self._progress[0]
-                self._sealed = [s for s in self._sealed if s[0] > done] + [(mark, segment)]
+                self._sealed = [s for s in self._sealed if s[0] > done]
 
     def _let_go(self, held: list, count: int, upto: int) -> None:
         """Work queued before mark ``upto`` is done: let go of the first ``count`` buffers of ``held``
