@@ -193,6 +193,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     ------
     ValueError
         For an inconsistent rank, world size or device.
+    FileNotFoundError, TypeError
+        For a ``rank_table`` that does not exist, a ``store_path`` in a directory that does not, or an
+        ``mpi_comm`` that is not an mpi4py communicator (before anything is created).
     CommTimeoutError
         If the rendezvous did not complete in time.
 
@@ -211,6 +214,13 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
         raise ValueError(f"rank={rank!r} must be an int in [0, {world_size})")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+    if rank_table is not None and not os.path.isfile(rank_table):
+        raise FileNotFoundError(f"rank_table={rank_table!r}: no such file")
+    if mpi_comm is not None and not callable(getattr(mpi_comm, "bcast", None)):
+        raise TypeError(f"mpi_comm must be an mpi4py communicator (such as MPI.COMM_WORLD), got "
+                        f"{type(mpi_comm).__name__}")
+    if store_path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(store_path))):
+        raise FileNotFoundError(f"store_path={store_path!r}: its directory does not exist")
     if device is None:
         count = device_count()
         if launch.local_rank >= count:

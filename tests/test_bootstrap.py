@@ -243,6 +243,20 @@ def test_init_rejects_bad_arguments(clean_env: pytest.MonkeyPatch, kwargs: Dict[
     assert world() is None
 
 
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    ({"rank_table": "/nonexistent/table.json"}, FileNotFoundError, r"rank_table='/nonexistent/table.json': no such"),
+    ({"world_size": 2, "mpi_comm": object()}, TypeError, r"mpi_comm must be an mpi4py communicator .*got object"),
+    ({"world_size": 2, "store_path": "/nonexistent/root.info"}, FileNotFoundError,
+     r"store_path='/nonexistent/root.info': its directory does not exist"),
+])
+def test_init_rejects_bad_exchange_arguments(clean_env: pytest.MonkeyPatch, kwargs: Dict[str, Any], error: type,
+                                             pattern: str) -> None:
+    # Refused before anything is created: no C call, no rendezvous, no temporary file.
+    with pytest.raises(error, match=pattern):
+        hcclpy.init(rank=0, timeout=2, **kwargs)
+    assert world() is None
+
+
 def test_init_rejects_bad_environment(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("RANK", "one")
     clean_env.setenv("WORLD_SIZE", "2")
