@@ -39,8 +39,8 @@ from .types import DataType, ReduceOp, as_datatype
 
 __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
-    "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "scatter", "send",
-    "staged", "staged_batch", "staged_elementwise",
+    "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "release", "scatter",
+    "send", "staged", "staged_batch", "staged_elementwise",
 ]
 
 
@@ -156,10 +156,17 @@ _creating = threading.Lock()
 
 
 def release(comm: CommCore) -> None:
-    """Free a communicator's staging buffers and stream (done by ``Communicator.destroy``)."""
+    """Give back a communicator's staging memory (device scratch, pinned buffers, its stream).
+
+    The scratch grows to the largest array staged; after a one-off large operation this returns it
+    without destroying the communicator. The next NumPy call allocates what it needs again.
+    ``Communicator.destroy`` calls it. A call on another thread that is using the staging finishes
+    first.
+    """
     state, comm._host_state = comm._host_state, None
     if state is not None:
-        state.close()
+        with state.lock:
+            state.close()
 
 
 def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:

@@ -504,6 +504,33 @@ def test_destroy_releases_the_staging(staging: str) -> None:
     run(2, _destroy_frees_staging, staging=staging)
 
 
+def _release_and_go_on(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        device = me.comm.device
+        free_before = device.memory_info()[0]
+        big = np.ones(4 << 20, dtype=np.float32)  # 16 MiB staged whole by all_gather: 16 + 32 MiB of scratch
+        me.comm.all_gather(big)
+        state = me.comm._host_state
+        grown = free_before - device.memory_info()[0]
+        hcclpy.host.release(me.comm)
+        me.check("release", me.comm._host_state is None and not state._buffers and state.stream.closed,
+                 "the staging buffers or stream are still there")
+        given_back = device.memory_info()[0] - (free_before - grown)
+        me.check("memory given back", given_back >= 48 << 20, f"{grown} bytes grown, {given_back} given back")
+        me.eq("all_reduce after release", me.comm.all_reduce(np.ones(3, np.float32)),
+              np.full(3, size, np.float32))
+        hcclpy.host.release(me.comm)
+        hcclpy.host.release(me.comm)  # twice: nothing to give back
+    finally:
+        me.close()
+    return me.problems
+
+
+def test_release_gives_the_staging_back_and_calls_go_on() -> None:
+    run(2, _release_and_go_on)
+
+
 # ------------------------------------------------------------------------------ hypothesis
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None,
