@@ -83,6 +83,18 @@ class Rank:
         if not condition:
             self.problems.append(f"{name}: {detail or 'check failed'}")
 
+    def refused(self, name: str, call: Callable[[], Any], kind: type, pattern: str) -> None:
+        """``call()`` must raise ``kind`` with a message that ``pattern`` matches (re.search)."""
+        try:
+            call()
+        except kind as exc:
+            if not re.search(pattern, str(exc)):
+                self.problems.append(f"{name}: {type(exc).__name__}({exc}) does not match {pattern!r}")
+        except Exception as exc:  # noqa: BLE001
+            self.problems.append(f"{name}: raised {type(exc).__name__}({exc}), expected {kind.__name__}")
+        else:
+            self.problems.append(f"{name}: no error, expected {kind.__name__}")
+
     def same(self, name: str, got: Any, want: Any) -> None:
         self.check(name, got is want, f"returned {type(got).__name__} {id(got)}, expected the object passed")
 
@@ -666,15 +678,7 @@ def _errors(rank: int, size: int, info: bytes) -> List[str]:
     ]
     try:
         for name, call, kind, pattern in cases:
-            try:
-                call()
-            except kind as exc:
-                if not re.search(pattern, str(exc)):
-                    me.problems.append(f"{name}: {type(exc).__name__}({exc}) does not match {pattern!r}")
-            except Exception as exc:  # noqa: BLE001
-                me.problems.append(f"{name}: raised {type(exc).__name__}({exc}), expected {kind.__name__}")
-            else:
-                me.problems.append(f"{name}: no error, expected {kind.__name__}")
+            me.refused(name, call, kind, pattern)
             # Refused before any device work (batch_send_recv makes its stream first: harmless).
             me.check(name, comm._host_state is None or name.startswith("batch"),
                      "the refusal came after device staging was set up")
@@ -690,6 +694,11 @@ def test_argument_errors(size: int) -> None:
     run(size, _errors)
 
 
+def _in_a_group(call: Callable[[], Any]) -> None:
+    with hcclpy.group():
+        call()
+
+
 def _inside_a_group(rank: int, size: int, info: bytes) -> List[str]:
     me = Rank(rank, size, info)
     try:
@@ -697,13 +706,7 @@ def _inside_a_group(rank: int, size: int, info: bytes) -> List[str]:
         calls = (("all_reduce", lambda: me.comm.all_reduce(x)), ("all_gather", lambda: me.comm.all_gather(x)),
                  ("host barrier", lambda: hcclpy.host.barrier(me.comm)))
         for name, call in calls:
-            try:
-                with hcclpy.group():
-                    call()
-            except RuntimeError as exc:
-                me.check(name, "inside hcclpy.group()" in str(exc), f"message: {exc}")
-            else:
-                me.problems.append(f"{name}: a NumPy call inside hcclpy.group() did not raise")
+            me.refused(name, lambda: _in_a_group(call), RuntimeError, r"inside hcclpy\.group\(\)")
         me.eq("all_reduce after the group", me.comm.all_reduce(x), np.full(4, size * (size + 1) / 2, np.float32))
     finally:
         me.close()
@@ -807,12 +810,7 @@ def _foreign_byte_order(rank: int, size: int, info: bytes) -> List[str]:
             ("empty", lambda: hcclpy.empty(2, swapped.dtype, device=me.comm.device), r"byte order"),
         ]
         for name, call, pattern in refusals:
-            try:
-                call()
-            except TypeError as exc:
-                me.check(name, re.search(pattern, str(exc)) is not None, f"message: {exc}")
-            else:
-                me.problems.append(f"{name}: no TypeError for a foreign byte order")
+            me.refused(name, call, TypeError, pattern)
         device.close()
     except Exception as exc:  # noqa: BLE001 - reported; the finally releases the peer
         me.problems.append(f"{type(exc).__name__}: {exc}")
