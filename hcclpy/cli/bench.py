@@ -102,9 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
     Under a launcher the launcher decides the ranks and ``-g`` is ignored.
     """
-    from ..bootstrap import detect_launch
-
     from ..bench import measure as m
+    from ..bootstrap import detect_launch
 
     # Everything that can be checked without the ranks is, before any rank starts.
     if args.ranks is not None and args.ranks < 1:

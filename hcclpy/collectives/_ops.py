@@ -326,10 +326,9 @@ def _remember_layout(comm: CommCore, given_displs: Any, counts: Tuple[int, ...],
 
 
 def _apart(a: DeviceArray, b: DeviceArray) -> bool:
-    """Whether two arrays do not overlap (both live; the fast paths test for separate allocations
-    first, which saves them this call)."""
-    return (a._alloc is not b._alloc or a._offset + a._size * a._itemsize <= b._offset
-            or b._offset + b._size * b._itemsize <= a._offset)
+    """Whether two views of one allocation do not overlap (the fast paths call it only when send
+    and receive share their allocation)."""
+    return a._offset + a._size * a._itemsize <= b._offset or b._offset + b._size * b._itemsize <= a._offset
 
 
 # ------------------------------------------------------------------------------ reductions
