@@ -40,7 +40,8 @@ class CommCore:
         self._trace_info = (name, rank, size)
         self._trace_seq = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
-        self._layout_memo: list = [None, None, None]  # the last send-side, receive-side and matrix layout found there
+        # The last send-side, receive-side and matrix layout found there; all None: nothing known yet.
+        self._layout_memo: list = [(None,) * 5, (None,) * 5, (None,) * 3]
 
     @property
     def rank(self) -> int:
