@@ -11,6 +11,7 @@ is the per-rank buffer for all_reduce and broadcast, the whole buffer for the ot
 
     python -m pip install mpi4py mpich matplotlib   # MPI (MPICH wheel) and the plot
     python benchmarks/compare.py                     # writes benchmarks/results/compare.{md,json,png}
+    python benchmarks/compare.py --ranks 2 --ops all_reduce --max-bytes 8   # a part: results/partial/
 
 Stacks that cannot run here (no torch, no mpi4py) are left out with a note. Nothing is asserted;
 the targets of the project issue are printed with the measured ratios.
@@ -404,11 +405,16 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--max-bytes", type=int, default=SIZES[-1], help="largest size in bytes (default 64 MiB)")
     parser.add_argument("--budget", type=float, default=0.1, help="seconds per timed round (default 0.1)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size (median; default 3)")
-    parser.add_argument("--out", default=str(HERE / "results"), help="directory for compare.md/.json/.png")
+    parser.add_argument("--out", help="directory for compare.md/.json/.png (default: benchmarks/results for a "
+                        "full run, benchmarks/results/partial when --ranks, --ops, --programs or --max-bytes "
+                        "narrow it, so that a partial run leaves the full results in place)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds each stack may take")
     parser.add_argument("--rank-program", choices=sorted(RANK_PROGRAMS), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.out is None:
+        full = all(getattr(args, name) == parser.get_default(name) for name in ("ranks", "ops", "programs", "max_bytes"))
+        args.out = str(HERE / "results" if full else HERE / "results" / "partial")
     if args.rank_program:
         rank_main(args)
         return 0
