@@ -657,6 +657,8 @@ def _errors(rank: int, size: int, info: bytes) -> List[str]:
         ("recv non-contiguous", lambda: comm.recv(strided_out, 0), ValueError, r"array must be C-contiguous"),
         ("scatter without out", lambda: hcclpy.host.scatter(comm, None, root=(rank + 1) % size), ValueError,
          r"array on the root, and out"),
+        ("scatter with nothing", lambda: comm.scatter(None, root=(rank + 1) % size), TypeError,
+         r"ranks other than the root pass out="),
         ("reduce_scatter_v counts", lambda: comm.reduce_scatter_v(x, [1] * (size + 1)), ValueError,
          r"send_counts must have"),
         ("all_to_all_vc matrix", lambda: comm.all_to_all_vc(x, np.ones((size + 1, size))), ValueError,

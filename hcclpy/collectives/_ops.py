@@ -693,6 +693,9 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
         _supported(comm, "scatter", (target if send is None else send).dtype)
         return _host.scatter(comm, send, target, root)
     _no_out(out)
+    if recv is None:
+        raise TypeError("scatter needs recv, the device buffer for this rank's block; with NumPy arrays, ranks "
+                        "other than the root pass out=, an array for their block")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
