@@ -18,6 +18,7 @@ no port (Slurm, MPI), one derived from the job id; else 29500.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 import threading
@@ -212,8 +213,8 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} must be an int in [0, {world_size})")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout={timeout!r} must be a positive, finite number of seconds")
     if rank_table is not None and not os.path.isfile(rank_table):
         raise FileNotFoundError(f"rank_table={rank_table!r}: no such file")
     if mpi_comm is not None and not callable(getattr(mpi_comm, "bcast", None)):

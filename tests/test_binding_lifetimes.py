@@ -96,6 +96,13 @@ def test_stream_priority_and_timeout_arguments() -> None:
             stream.synchronize(timeout=-1)
         with pytest.raises(ValueError, match="timeout"):
             stream.synchronize(timeout="1")
+        with pytest.raises(ValueError, match=r"timeout=nan must be None \(no limit\) or a number of seconds"):
+            stream.synchronize(timeout=float("nan"))
+        stream.synchronize(timeout=float("inf"))  # no limit, as None
+        done = stream.record()
+        with pytest.raises(ValueError, match="timeout=nan"):
+            done.synchronize(timeout=float("nan"))
+        done.synchronize(timeout=float("inf"))
         with pytest.raises(TypeError, match="event"):
             stream.wait_event("not an event")
         with pytest.raises(TypeError, match="event"):

@@ -236,6 +236,8 @@ def test_init_arguments(clean_env: pytest.MonkeyPatch) -> None:
     ({"rank": 1.0, "world_size": 2}, r"rank=1\.0"),
     ({"timeout": 0}, r"timeout=0"),
     ({"timeout": "30"}, r"timeout='30'"),
+    ({"timeout": float("nan")}, r"timeout=nan must be a positive, finite number"),
+    ({"timeout": float("inf")}, r"timeout=inf must be a positive, finite number"),
 ])
 def test_init_rejects_bad_arguments(clean_env: pytest.MonkeyPatch, kwargs: Dict[str, Any], pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):

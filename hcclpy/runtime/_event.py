@@ -101,7 +101,7 @@ class Event:
         return done
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
-        """Block until the event completes (``timeout`` in seconds; None waits for the work).
+        """Block until the event completes (``timeout`` in seconds; None or ``math.inf`` waits for the work).
 
         Raises
         ------

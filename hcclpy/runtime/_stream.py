@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -18,9 +19,10 @@ _marks, _now = _trace.counter, _trace.now
 
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
-    if timeout is None:
+    if timeout is None or timeout == math.inf:
         return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+    # "not timeout >= 0" refuses NaN too, which every comparison calls false.
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
         raise ValueError(f"{argument}={timeout!r} must be None (no limit) or a number of seconds >= 0")
     return min(int(timeout * 1000 + 0.5), 2**31 - 1)
 
@@ -167,7 +169,7 @@ class Stream:
         Parameters
         ----------
         timeout
-            Seconds to wait at most; None waits for the work (collectives are themselves bounded by
+            Seconds to wait at most; None (or ``math.inf``) waits for the work (collectives are themselves bounded by
             ``HCCL_EXEC_TIMEOUT``).
 
         Raises
