@@ -169,8 +169,8 @@ class Stream:
         Parameters
         ----------
         timeout
-            Seconds to wait at most; None (or ``math.inf``) waits for the work (collectives are themselves bounded by
-            ``HCCL_EXEC_TIMEOUT``).
+            Seconds to wait at most; None (or ``math.inf``) waits for the work (collectives are
+            themselves bounded by ``HCCL_EXEC_TIMEOUT``).
 
         Raises
         ------
