@@ -157,6 +157,8 @@ def buffer(pointer: Any, size: int = -1) -> Any:
 
 def from_buffer(ctype: str, data: Any, require_writable: bool = False) -> Any:
     """A C array aliasing a Python buffer (``ffi.from_buffer``); it keeps ``data`` alive."""
+    if ctype == "char[]":  # cffi's default type: no type lookup (~0.15 us less per call)
+        return ffi.from_buffer(data, require_writable=require_writable)
     return ffi.from_buffer(ctype, data, require_writable=require_writable)
 
 
