@@ -1,8 +1,10 @@
 """The uneven operations remember a checked layout and skip the checks next time; what the checks
-would refuse still takes the checked path and is refused."""
+would refuse still takes the checked path and is refused. A batch of sends and receives of device
+arrays skips the checked path's conversions."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterator, List
 
 import numpy as np
@@ -141,3 +143,46 @@ def test_a_matrix_row_replaced_by_an_array_misses_the_memo(comm: hcclpy.Communic
     with pytest.raises(ValueError, match="1 x 1 matrix"):
         comm.all_to_all_vc(send, recv, matrix)
     comm.device.default_stream.synchronize()
+
+
+
+RESOLVED: List[Any] = []  # (thread, argument) of every buffer the checked path resolves
+
+
+def _ring_batches(rank: int, size: int, info: bytes) -> List[str]:
+    """A ring exchange as tuples of device arrays needs none of the checked path's conversions;
+    the same items as lists take the checked path; both deliver."""
+    problems: List[str] = []
+    me = threading.get_ident()
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        stream = comm.device.create_stream()
+        mine = hcclpy.from_numpy(np.full(N, rank + 1, np.float32), device=comm.device)
+        got = hcclpy.zeros(N, "float32", device=comm.device)
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
+        stream.synchronize()
+        if any(thread == me for thread, _ in RESOLVED):
+            problems.append("tuples of device arrays went through the checked path")
+        if got.to_numpy().tolist() != [prv + 1.0] * N:
+            problems.append(f"fast path received {got.to_numpy()}")
+        got.fill_zero(stream=stream)
+        comm.batch_send_recv([["send", mine, nxt], ["recv", got, prv]], stream=stream)
+        stream.synchronize()
+        if not any(thread == me for thread, _ in RESOLVED):
+            problems.append("lists as items did not take the checked path")
+        if got.to_numpy().tolist() != [prv + 1.0] * N:
+            problems.append(f"checked path received {got.to_numpy()}")
+        stream.close()
+    return problems
+
+
+def test_a_batch_of_device_arrays_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ranks
+    real = _ops.resolve
+
+    def spy(buf: Any, argument: str) -> Any:
+        RESOLVED.append((threading.get_ident(), argument))
+        return real(buf, argument)
+    monkeypatch.setattr(_ops, "resolve", spy)
+    out = ranks.run_threads(_ring_batches, 2)
+    assert not [p for problems in out for p in problems], out

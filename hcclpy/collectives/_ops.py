@@ -925,6 +925,23 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
 _KINDS = {"send": 0, "recv": 1}
 
 
+def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[List[Tuple[int, Any, int, int, int]]]:
+    """The C items of the common batch (``(kind, DeviceArray, peer)`` tuples, live device arrays
+    on the communicator's device, other ranks as peers), as tuples cffi fills a struct array from
+    in one call; None for anything else (the checked path then says what is wrong)."""
+    device, size, rank = comm._device_id, comm._size, comm._rank
+    rows = []
+    for item in items:
+        if type(item) is not tuple or len(item) != 3:
+            return None
+        kind, buf, peer = item
+        if (type(kind) is not str or kind not in _KINDS or type(buf) is not DeviceArray
+                or buf._alloc.live_device != device or type(peer) is not int or not 0 <= peer < size or peer == rank):
+            return None
+        rows.append((_KINDS[kind], buf._cptr, buf._size, buf._dtype_c, peer))
+    return rows
+
+
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                     stream: Optional[Stream] = None) -> None:
     """Post several sends and receives at once: ``items`` are ``("send" | "recv", buffer, peer)``
@@ -933,6 +950,14 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     Within one call the local transfers do not wait for each other, so a ring exchange (send to
     the next rank, receive from the previous) cannot deadlock.
     """
+    if type(items) is list or type(items) is tuple:
+        st = _fast(comm, stream)
+        rows = _batch_rows(comm, items) if st is not None else None
+        if rows:
+            _done(comm._api.HcclBatchSendRecv(_ffi.new("HcclSendRecvItem[]", rows), len(rows), comm._handle,
+                                              st._ptr_cdata), "HcclBatchSendRecv", st, [item[1] for item in items],
+                  comm, len(rows), -1, -1)
+            return None
     try:
         items = list(items)
     except TypeError:
