@@ -39,6 +39,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from itertools import repeat
@@ -403,6 +404,120 @@ def build_variants(hcclpy: Any, api: Any, ffi: Any, comm: Any, stream: Any, a: A
     return variants
 
 
+class PeerDrain:
+    """The synchronisation of a point-to-point loop. Rank 0's sends and receives wait for rank 1:
+    after the loop, rank 1 queues the matching call (raw cffi, untimed) once for every call the
+    loop made, then both streams are synchronised."""
+
+    def __init__(self, match: Callable[[], int], streams: List[Any], keep: List[Any]) -> None:
+        self.match, self.streams, self.pending = match, streams, 0
+        self.keep = keep  # the device arrays the raw calls address only by pointer
+
+    def synchronize(self) -> None:
+        for _ in repeat(None, self.pending):
+            if self.match():
+                raise SystemExit("rank 1's matching call failed: " + _last_error())
+        self.pending = 0
+        for stream in self.streams:
+            stream.synchronize(timeout=300)
+
+
+def _last_error() -> str:
+    from hcclpy import _ffi
+    return _ffi.string(_ffi.api().aclGetRecentErrMsg())
+
+
+def peer_pair(hcclpy: Any) -> List[Any]:
+    """A 2-rank communicator of this process (devices 0 and 1), rank 1 created on a thread."""
+    info = hcclpy.RootInfo.generate(device=0)
+    made: Dict[int, Any] = {}
+
+    def make(rank: int) -> None:
+        made[rank] = hcclpy.Communicator(2, info, rank, device=rank)
+
+    helper = threading.Thread(target=make, args=(1,), daemon=True)
+    helper.start()
+    make(0)
+    helper.join(timeout=60)
+    if 1 not in made:
+        raise SystemExit("rank 1 of the point-to-point pair did not come up within 60 s")
+    return [made[0], made[1]]
+
+
+def build_p2p_variants(hcclpy: Any, api: Any, ffi: Any, pair: List[Any], count: int, dtype: str,
+                       clock: Callable[[], int]) -> List[Variant]:
+    """Send, receive and a batch of both, timed on rank 0 of ``pair``; rank 1 answers untimed."""
+    c0, c1 = pair
+    s0, s1 = c0.device.create_stream(), c1.device.create_stream()
+    a0, b0 = hcclpy.zeros(count, dtype, device=0), hcclpy.zeros(count, dtype, device=0)
+    a1, b1 = hcclpy.zeros(count, dtype, device=1), hcclpy.zeros(count, dtype, device=1)
+    a0p, b0p, a1p, b1p = (ffi.cast("void *", x.ptr) for x in (a0, b0, a1, b1))
+    h0, h1 = ffi.cast("HcclComm", c0.handle), ffi.cast("HcclComm", c1.handle)
+    st0, st1 = ffi.cast("aclrtStream", s0.handle), ffi.cast("aclrtStream", s1.handle)
+    n, dt = count, int(a0.dtype)
+    fsend, frecv, fbatch = api.HcclSend, api.HcclRecv, api.HcclBatchSendRecv
+    # HcclSendRecvItem: type (0 send, 1 receive), buffer, count, dtype, peer
+    items0 = ffi.new("HcclSendRecvItem[]", [(0, a0p, n, dt, 1), (1, b0p, n, dt, 1)])
+    items1 = ffi.new("HcclSendRecvItem[]", [(1, b1p, n, dt, 0), (0, a1p, n, dt, 0)])
+    variants: List[Variant] = []
+
+    def pair_of(name: str, queue_raw: Callable[[int], int], queue_py: Callable[[int], int], match: Callable[[], int],
+                raw_call: str, py_call: str) -> None:
+        for key, label, raw, call in ((f"raw_{name}", "raw cffi", None, raw_call),
+                                      (f"hcclpy_{name}", "hcclpy", f"raw_{name}", py_call)):
+            drain = PeerDrain(match, [s1, s0], [a0, b0, a1, b1])
+            run = queue_raw if raw is None else queue_py
+
+            def counted(k: int, run: Callable[[int], int] = run, drain: PeerDrain = drain) -> int:
+                drain.pending += k
+                return run(k)
+            variants.append(Variant(key, label, name, counted, drain, raw=raw, call=call))
+
+    def r_send(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            fsend(a0p, n, dt, 1, h0, st0)
+        return clock() - t0
+
+    def p_send(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            c0.send(a0, 1, stream=s0)
+        return clock() - t0
+
+    def r_recv(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            frecv(b0p, n, dt, 1, h0, st0)
+        return clock() - t0
+
+    def p_recv(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            c0.recv(b0, 1, stream=s0)
+        return clock() - t0
+
+    def r_batch(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            fbatch(items0, 2, h0, st0)
+        return clock() - t0
+
+    def p_batch(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            c0.batch_send_recv([("send", a0, 1), ("recv", b0, 1)], stream=s0)
+        return clock() - t0
+
+    pair_of("send", r_send, p_send, lambda: frecv(b1p, n, dt, 0, h1, st1), "HcclSend(ap, n, dt, 1, h, st)",
+            "comm.send(a, 1, stream=s)")
+    pair_of("recv", r_recv, p_recv, lambda: fsend(a1p, n, dt, 0, h1, st1), "HcclRecv(bp, n, dt, 1, h, st)",
+            "comm.recv(b, 1, stream=s)")
+    pair_of("batch_send_recv", r_batch, p_batch, lambda: fbatch(items1, 2, h1, st1),
+            "HcclBatchSendRecv(items, 2, h, st)", 'comm.batch_send_recv([("send", a, 1), ("recv", b, 1)], stream=s)')
+    return variants
+
+
 def _hccl_path(hcclpy: Any) -> str:
     """The ``libhccl.so`` hcclpy loaded, so that ctypes calls the very same library."""
     for lib in hcclpy.library_info()["libraries"]:
@@ -652,10 +767,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     stream = device.create_stream()
     a = hcclpy.zeros(args.count, args.dtype, device=0)
     b = hcclpy.zeros(args.count, args.dtype, device=0)
+    pair = [] if args.all_reduce_only else peer_pair(hcclpy)
     try:
         variants = build_variants(hcclpy, api, _ffi.ffi, comm, stream, a, b, args.count,
                                   include_ops=not args.all_reduce_only, include_extras=not args.no_extras,
                                   clock=CLOCKS[args.clock])
+        if pair:
+            variants += build_p2p_variants(hcclpy, api, _ffi.ffi, pair, args.count, args.dtype, CLOCKS[args.clock])
         # Warm up before pinning: the simulator's stream workers start on first use and inherit the
         # mask of the thread that starts them; they should stay free to run on the other CPUs.
         measure(variants, 0, 0, warmup=min(args.calls, 2000), keep_gc=True, progress=False)
@@ -670,6 +788,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         device.synchronize()
         comm.destroy()
+        for member in pair:
+            member.destroy()
 
     rows = summarise(variants)
     meta = {"backend": hcclpy.backend(), "libhccl": _hccl_path(hcclpy), "python": platform.python_version(),

@@ -166,6 +166,13 @@ def _ring_batches(rank: int, size: int, info: bytes) -> List[str]:
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"fast path received {got.to_numpy()}")
         got.fill_zero(stream=stream)
+        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)  # a new, equal list
+        stream.synchronize()
+        if len(comm._batch_items) != 1:
+            problems.append(f"an equal batch made another C array: {len(comm._batch_items)}")
+        if got.to_numpy().tolist() != [prv + 1.0] * N:
+            problems.append(f"second fast call received {got.to_numpy()}")
+        got.fill_zero(stream=stream)
         comm.batch_send_recv([["send", mine, nxt], ["recv", got, prv]], stream=stream)
         stream.synchronize()
         if not any(thread == me for thread, _ in RESOLVED):

@@ -884,15 +884,19 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
 
 # ---------------------------------------------------------------------------- point to point
 
-def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], name: str) -> None:
-    """Queue ``HcclSend`` or ``HcclRecv`` (``name``) of ``buf`` with ``peer``."""
+def _peer_stream(comm: Any, buf: Any, peer: Any, stream: Optional[Stream]) -> Optional[Stream]:
+    """The stream of the common send or receive (a live device array on the communicator's
+    device, another rank as peer); None for anything else."""
     if type(buf) is DeviceArray and type(peer) is int:
         st = _fast(comm, stream)
         if st is not None and 0 <= peer < comm._size and peer != comm._rank \
                 and buf._alloc.live_device == comm._device_id:
-            _done(getattr(comm._api, name)(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
-                  name, st, (buf,), comm, buf._size, buf._dtype_c, peer)
-            return
+            return st
+    return None
+
+
+def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], name: str) -> None:
+    """Queue ``HcclSend`` or ``HcclRecv`` (``name``) of ``buf`` with ``peer``: the checked path."""
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     b = resolve(buf, "buf")
@@ -906,6 +910,11 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+    st = _peer_stream(comm, buf, peer, stream)
+    if st is not None:
+        _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclSend",
+              st, (buf,), comm, buf._size, buf._dtype_c, peer)
+        return None
     if isinstance(buf, np.ndarray) and _host is not None:
         _supported(comm, "send", buf.dtype)
         return _host.send(comm, buf, peer)
@@ -915,6 +924,11 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
+    st = _peer_stream(comm, buf, peer, stream)
+    if st is not None:
+        _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclRecv",
+              st, (buf,), comm, buf._size, buf._dtype_c, peer)
+        return buf
     if isinstance(buf, np.ndarray) and _host is not None:
         _supported(comm, "recv", buf.dtype)
         return _host.recv(comm, buf, peer)
@@ -925,21 +939,24 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
 _KINDS = {"send": 0, "recv": 1}
 
 
-def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[List[Tuple[int, Any, int, int, int]]]:
+def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, List[DeviceArray]]]:
     """The C items of the common batch (``(kind, DeviceArray, peer)`` tuples, live device arrays
-    on the communicator's device, other ranks as peers), as tuples cffi fills a struct array from
-    in one call; None for anything else (the checked path then says what is wrong)."""
+    on the communicator's device, other ranks as peers) as a tuple of rows cffi fills a struct
+    array from, and the arrays; None for anything else, or no items (the checked path then says
+    what is wrong)."""
     device, size, rank = comm._device_id, comm._size, comm._rank
-    rows = []
+    rows, buffers = [], []
     for item in items:
         if type(item) is not tuple or len(item) != 3:
             return None
         kind, buf, peer = item
-        if (type(kind) is not str or kind not in _KINDS or type(buf) is not DeviceArray
-                or buf._alloc.live_device != device or type(peer) is not int or not 0 <= peer < size or peer == rank):
+        code = _KINDS.get(kind) if type(kind) is str else None
+        if (code is None or type(buf) is not DeviceArray or buf._alloc.live_device != device or type(peer) is not int
+                or not 0 <= peer < size or peer == rank):
             return None
-        rows.append((_KINDS[kind], buf._cptr, buf._size, buf._dtype_c, peer))
-    return rows
+        rows.append((code, buf._cptr, buf._size, buf._dtype_c, peer))
+        buffers.append(buf)
+    return (tuple(rows), buffers) if rows else None
 
 
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
@@ -952,11 +969,18 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     """
     if type(items) is list or type(items) is tuple:
         st = _fast(comm, stream)
-        rows = _batch_rows(comm, items) if st is not None else None
-        if rows:
-            _done(comm._api.HcclBatchSendRecv(_ffi.new("HcclSendRecvItem[]", rows), len(rows), comm._handle,
-                                              st._ptr_cdata), "HcclBatchSendRecv", st, [item[1] for item in items],
-                  comm, len(rows), -1, -1)
+        found = _batch_rows(comm, items) if st is not None else None
+        if found is not None:
+            rows, buffers = found
+            # HCCL reads the items during the call, so equal batches share one C array.
+            cache = comm._batch_items
+            c_items = cache.get(rows)
+            if c_items is None:
+                if len(cache) >= 256:
+                    cache.clear()
+                c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
+            _done(comm._api.HcclBatchSendRecv(c_items, len(rows), comm._handle, st._ptr_cdata), "HcclBatchSendRecv",
+                  st, buffers, comm, len(rows), -1, -1)
             return None
     try:
         items = list(items)
