@@ -150,8 +150,8 @@ RESOLVED: List[Any] = []  # (thread, argument) of every buffer the checked path 
 
 
 def _ring_batches(rank: int, size: int, info: bytes) -> List[str]:
-    """A ring exchange as tuples of device arrays needs none of the checked path's conversions;
-    the same items as lists take the checked path; both deliver."""
+    """A ring exchange of device arrays needs none of the checked path's conversions; a buffer
+    given as (pointer, count, dtype) takes the checked path; both deliver."""
     problems: List[str] = []
     me = threading.get_ident()
     with hcclpy.Communicator(size, info, rank, device=rank) as comm:
@@ -173,10 +173,10 @@ def _ring_batches(rank: int, size: int, info: bytes) -> List[str]:
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"second fast call received {got.to_numpy()}")
         got.fill_zero(stream=stream)
-        comm.batch_send_recv([["send", mine, nxt], ["recv", got, prv]], stream=stream)
+        comm.batch_send_recv([("send", mine, nxt), ("recv", (got.ptr, N, "float32"), prv)], stream=stream)
         stream.synchronize()
         if not any(thread == me for thread, _ in RESOLVED):
-            problems.append("lists as items did not take the checked path")
+            problems.append("a (pointer, count, dtype) buffer did not take the checked path")
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"checked path received {got.to_numpy()}")
         stream.close()

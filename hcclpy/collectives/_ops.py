@@ -884,17 +884,6 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
 
 # ---------------------------------------------------------------------------- point to point
 
-def _peer_stream(comm: Any, buf: Any, peer: Any, stream: Optional[Stream]) -> Optional[Stream]:
-    """The stream of the common send or receive (a live device array on the communicator's
-    device, another rank as peer); None for anything else."""
-    if type(buf) is DeviceArray and type(peer) is int:
-        st = _fast(comm, stream)
-        if st is not None and 0 <= peer < comm._size and peer != comm._rank \
-                and buf._alloc.live_device == comm._device_id:
-            return st
-    return None
-
-
 def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], name: str) -> None:
     """Queue ``HcclSend`` or ``HcclRecv`` (``name``) of ``buf`` with ``peer``: the checked path."""
     handle = _comm_handle(comm)
@@ -910,8 +899,9 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
-    st = _peer_stream(comm, buf, peer, stream)
-    if st is not None:
+    st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
+    if (st is not None and 0 <= peer < comm._size and peer != comm._rank
+            and buf._alloc.live_device == comm._device_id):
         _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclSend",
               st, (buf,), comm, buf._size, buf._dtype_c, peer)
         return None
@@ -924,8 +914,9 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
 
 def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
-    st = _peer_stream(comm, buf, peer, stream)
-    if st is not None:
+    st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
+    if (st is not None and 0 <= peer < comm._size and peer != comm._rank
+            and buf._alloc.live_device == comm._device_id):
         _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclRecv",
               st, (buf,), comm, buf._size, buf._dtype_c, peer)
         return buf
@@ -946,16 +937,16 @@ def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, L
     what is wrong)."""
     device, size, rank = comm._device_id, comm._size, comm._rank
     rows, buffers = [], []
-    for item in items:
-        if type(item) is not tuple or len(item) != 3:
-            return None
-        kind, buf, peer = item
-        code = _KINDS.get(kind) if type(kind) is str else None
-        if (code is None or type(buf) is not DeviceArray or buf._alloc.live_device != device or type(peer) is not int
-                or not 0 <= peer < size or peer == rank):
-            return None
-        rows.append((code, buf._cptr, buf._size, buf._dtype_c, peer))
-        buffers.append(buf)
+    try:
+        for kind, buf, peer in items:
+            code = _KINDS.get(kind)
+            if (code is None or type(buf) is not DeviceArray or buf._alloc.live_device != device
+                    or type(peer) is not int or not 0 <= peer < size or peer == rank):
+                return None
+            rows.append((code, buf._cptr, buf._size, buf._dtype_c, peer))
+            buffers.append(buf)
+    except (TypeError, ValueError):  # an item that is not a (kind, buffer, peer) triple, an unhashable kind
+        return None
     return (tuple(rows), buffers) if rows else None
 
 
