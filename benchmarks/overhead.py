@@ -2,8 +2,9 @@
 """Per-call Python cost of hcclpy's operations, next to the raw cffi call and two ctypes bindings.
 
 Everything runs in one process on a 1-rank communicator (on the simulator unless CANN is
-installed). Every variant enqueues the same C function on the same stream with the same
-preallocated device arrays; only the Python path to the call differs:
+installed); sends and receives on rank 0 of a 2-rank communicator of the process, whose rank 1
+posts the matching calls after each timed loop. Every variant enqueues the same C function on the
+same stream with the same preallocated device arrays; only the Python path to the call differs:
 
 * ``raw cffi``: the ``HcclXxx`` function object hcclpy itself calls (``hcclpy._ffi.api()``), with
   pointers and handles cast to cdata once, outside the loop. This is the floor for a cffi ABI binding.
