@@ -16,7 +16,9 @@ ways (``HCCLPY_HOST_STAGING``):
   reduced in between while it is still in cache. The default on the simulator, where a device
   copy is a host memcpy too: the pinned buffers would only add two passes.
 
-The other operations copy the whole array in and out the direct way, in both modes.
+The other operations copy the whole array in and out: in ``direct`` mode with synchronous copies,
+in ``pinned`` mode with copies queued on the staging stream (which, from pageable memory, return
+once done too, and need no device made current on the calling thread).
 
 Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
 C-contiguous, or not in the machine's byte order, is copied to one that is first (the result is in
@@ -227,7 +229,8 @@ _H2D, _D2H = 1, 2  # aclrtMemcpyKind
 
 
 def _copy(stream: Stream, dst: Any, src: Any, nbytes: int, kind: int) -> None:
-    """Queue one copy between pinned host memory and device memory (C pointers) on ``stream``."""
+    """Queue one copy between host and device memory (C pointers) on ``stream``. From pageable
+    host memory it is done when the call returns, as in AscendCL."""
     if nbytes:
         rc = _ffi.api().aclrtMemcpyAsync(dst, nbytes, src, nbytes, kind, stream._cdata())
         if rc:
@@ -244,6 +247,15 @@ def _copy_now(dst: Any, src: Any, nbytes: int, kind: int) -> None:
         rc = _ffi.api().aclrtMemcpy(dst, nbytes, src, nbytes, kind)
         if rc:
             raise _ffi.acl_failure(rc, "aclrtMemcpy")
+
+
+def _copy_pageable(staging: _Staging, dst: Any, src: Any, nbytes: int, kind: int) -> None:
+    """Copy between pageable host memory and device memory, done when it returns, the way the
+    staging mode says (see the module docstring)."""
+    if staging.pinned:
+        _copy(staging.stream, dst, src, nbytes, kind)
+    else:
+        _copy_now(dst, src, nbytes, kind)
 
 
 def _source(array: Optional[np.ndarray]) -> Any:
@@ -330,15 +342,15 @@ def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: Dat
         raise
 
 
-def _copy_pieces(device: Any, pieces: Any, nbytes: int, kind: int) -> None:
+def _copy_pieces(staging: _Staging, device: Any, pieces: Any, nbytes: int, kind: int) -> None:
     """Copy between device memory at ``device`` and pageable host memory given as one C pointer or
     as a list of ``(pointer, nbytes)`` pieces that lie back to back in the device buffer."""
     if not isinstance(pieces, list):
-        _copy_now(*((device, pieces) if kind == _H2D else (pieces, device)), nbytes, kind)
+        _copy_pageable(staging, *((device, pieces) if kind == _H2D else (pieces, device)), nbytes, kind)
         return
     at = _ffi.cast("char *", device)
     for pointer, size in pieces:
-        _copy_now(*((at, pointer) if kind == _H2D else (pointer, at)), size, kind)
+        _copy_pageable(staging, *((at, pointer) if kind == _H2D else (pointer, at)), size, kind)
         at += size
 
 
@@ -352,11 +364,11 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
         send = staging.buffer("send", send_count, dtype)
         recv = staging.buffer("recv", recv_count, dtype)
         if src is not None:
-            _copy_pieces(send._cptr, src, send.nbytes, _H2D)
+            _copy_pieces(staging, send._cptr, src, send.nbytes, _H2D)
         run(send, recv, stream)
         stream.synchronize()
         if dst is not None:
-            _copy_pieces(recv._cptr, dst, recv.nbytes, _D2H)
+            _copy_pieces(staging, recv._cptr, dst, recv.nbytes, _D2H)
 
 
 def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
@@ -374,14 +386,14 @@ def _post(staging: _Staging, comm: CommCore, items: Sequence[Tuple[str, Any, int
     for index, (kind, pointer, count, dtype, peer) in enumerate(items):
         buf = staging.buffer(f"batch{index}", count, dtype)
         if kind == "send":
-            _copy_now(buf._cptr, pointer, buf.nbytes, _H2D)
+            _copy_pageable(staging, buf._cptr, pointer, buf.nbytes, _H2D)
         else:
             receives.append((buf, pointer))
         device_items.append((kind, buf, peer))
     collectives.batch_send_recv(comm, device_items, stream=stream)
     stream.synchronize()
     for buf, pointer in receives:
-        _copy_now(pointer, buf._cptr, buf.nbytes, _D2H)
+        _copy_pageable(staging, pointer, buf._cptr, buf.nbytes, _D2H)
 
 
 # --------------------------------------------------------------- host memory by address

@@ -248,11 +248,11 @@ def _no_out(out: Any) -> None:
 # The fast paths look a layout up in two steps. First the communicator's memo of the last layout
 # found on that side (0: send, 1: receive), tested inline in each fast path (calling a helper
 # would cost ~0.1 us): a caller that passes the same list objects each time, with the same values,
-# pays two identity tests and two comparisons. (A list changed in place to
-# equal values of another type, 2.0 for 2, passes too: it asks for the same operation.) Then the
-# dictionary of every layout checked so far, keyed by value. The memo copies the lists' values
-# only when the same objects come a second time: a caller that builds new lists for every call
-# pays for remembering two references, not for two copies.
+# pays two identity tests and two comparisons. (A list changed in place to equal values of another
+# type, 2.0 for 2, passes too: it asks for the same operation.) Then the dictionary of every layout
+# checked so far, keyed by value. The memo copies the lists' values only when the same objects
+# come a second time: a caller that builds new lists for every call pays for remembering two
+# references, not for two copies.
 _SEND, _RECV, _MATRIX = 0, 1, 2  # the memo's sides; _MATRIX: all_to_all_vc's count matrix
 _UNARMED = object()  # equal to no list: a memo that only remembers which objects came last
 
