@@ -123,3 +123,12 @@ def test_sizes_and_iterations() -> None:
         sizes(8, 64, 1, 0)
 
 
+
+
+@pytest.mark.parametrize("given, shown", [("bfloat16", "bfp16"), ("half", "fp16"), ("Float", "fp32"),
+                                          ("double", "fp64"), ("int8", "int8")])
+def test_nccl_tests_type_names_work_too(given: str, shown: str) -> None:
+    result = bench("all_reduce", "-d", given, "-b", "8", "-e", "8", "-n", "2", "-w", "1")
+    assert result.returncode == 0, result.stderr
+    row = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert row and row[0].split()[2] == shown, result.stdout

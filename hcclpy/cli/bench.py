@@ -26,6 +26,14 @@ __all__ = ["add_parser", "run"]
 _OPERATIONS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 _DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "fp16", "fp32", "fp64",
            "bfp16")
+# nccl-tests' names for the same types, and NumPy's, so that either command line works as it is.
+_DTYPE_ALIASES = {"half": "fp16", "float": "fp32", "double": "fp64", "bfloat16": "bfp16", "float16": "fp16",
+                  "float32": "fp32", "float64": "fp64"}
+
+
+def _dtype(text: str) -> str:
+    name = text.strip().lower()
+    return _DTYPE_ALIASES.get(name, name)
 
 
 def _size(text: str) -> int:
@@ -54,7 +62,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="factor between sizes (default 2)")
     parser.add_argument("-i", "--stepbytes", type=_size, default=0, metavar="SIZE",
                         help="fixed increment between sizes, with -f 1")
-    parser.add_argument("-d", "--datatype", choices=_DTYPES, default="fp32", help="data type (default fp32)")
+    parser.add_argument("-d", "--datatype", type=_dtype, choices=_DTYPES, default="fp32",
+                        help="data type (default fp32); nccl-tests' half, float, double and bfloat16 work too")
     parser.add_argument("-o", "--op", choices=("sum", "prod", "max", "min"), default="sum",
                         help="reduction (default sum)")
     parser.add_argument("-r", "--root", type=_numbers.non_negative_int, default=0, help="root rank (default 0)")
