@@ -2,8 +2,9 @@
 
 Sizes follow nccl-tests (``reference``: perf.md §2.1): the printed size S is the per-rank buffer for
 all_reduce, reduce, broadcast and send_recv, and the whole buffer (every rank's block) for
-all_gather, reduce_scatter and all_to_all, whose per-rank block is S / nranks. Bus bandwidth is
-``algbw × factor`` with nccl-tests' factors, so numbers compare across rank counts and with NCCL.
+all_gather, reduce_scatter, all_to_all and scatter, whose per-rank block is S / nranks. Bus
+bandwidth is ``algbw × factor`` with nccl-tests' factors (scatter's, (n-1)/n, from its
+scatter.cu), so numbers compare across rank counts and with NCCL.
 
 Inputs are small integers, exact in every data type, so checks compare exactly; bfloat16 is
 written and read through its bit pattern (no ml_dtypes needed).
@@ -15,7 +16,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..collectives import all_gather, all_reduce, all_to_all, batch_send_recv, broadcast, reduce, reduce_scatter
+from ..collectives import (all_gather, all_reduce, all_to_all, batch_send_recv, broadcast, reduce, reduce_scatter,
+                           scatter)
 from ..runtime import DeviceArray, Stream, empty
 from ..types import DataType, ReduceOp
 
@@ -30,6 +32,7 @@ OPERATIONS: Dict[str, Tuple[Callable[[int], float], bool, bool, bool]] = {
     "all_gather": (lambda n: (n - 1) / n, False, False, True),
     "reduce_scatter": (lambda n: (n - 1) / n, True, False, True),
     "all_to_all": (lambda n: (n - 1) / n, False, False, True),
+    "scatter": (lambda n: (n - 1) / n, False, True, True),
     "send_recv": (lambda n: 1.0, False, False, False),
 }
 
@@ -86,7 +89,7 @@ class Case:
         self.count = self.block * n if whole else self.block  # the elements nccl-tests prints
         self.nbytes = self.count * dtype.itemsize
         self.factor = factor(n)
-        send_count = self.block * n if operation in ("reduce_scatter", "all_to_all") else self.block
+        send_count = self.block * n if operation in ("reduce_scatter", "all_to_all", "scatter") else self.block
         recv_count = self.block * n if operation in ("all_gather", "all_to_all") else self.block
         self.send: DeviceArray = empty(send_count, dtype, device=comm.device)
         self.recv: DeviceArray = empty(recv_count, dtype, device=comm.device)
@@ -115,6 +118,10 @@ class Case:
             mine = send[rank * block:(rank + 1) * block]
             return (lambda: reduce_scatter(comm, send, mine, op, stream=stream)) if in_place else \
                 (lambda: reduce_scatter(comm, send, recv, op, stream=stream))
+        if name == "scatter":  # in place: each rank's block of the send buffer (only the root's is read)
+            mine = send[rank * block:(rank + 1) * block]
+            return (lambda: scatter(comm, send, mine, root, stream=stream)) if in_place else \
+                (lambda: scatter(comm, send, recv, root, stream=stream))
         if in_place:
             return None
         if name == "all_to_all":
@@ -158,6 +165,9 @@ class Case:
             want = _combine(everyone, op)[rank * block:(rank + 1) * block]
         elif name == "all_to_all":
             got, want = self.recv, np.concatenate([e[rank * block:(rank + 1) * block] for e in everyone])
+        elif name == "scatter":
+            got = self.send[rank * block:(rank + 1) * block] if in_place else self.recv
+            want = everyone[self.root][rank * block:(rank + 1) * block]
         else:
             got, want = self.recv, everyone[(rank - 1) % n]
         if got.size == 0:
