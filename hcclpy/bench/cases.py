@@ -2,9 +2,10 @@
 
 Sizes follow nccl-tests (``reference``: perf.md §2.1): the printed size S is the per-rank buffer for
 all_reduce, reduce, broadcast and send_recv, and the whole buffer (every rank's block) for
-all_gather, reduce_scatter, all_to_all and scatter, whose per-rank block is S / nranks. Bus
-bandwidth is ``algbw × factor`` with nccl-tests' factors (scatter's, (n-1)/n, from its
-scatter.cu), so numbers compare across rank counts and with NCCL.
+all_gather, reduce_scatter, all_to_all, scatter and the uneven forms, whose per-rank block is
+S / nranks. Bus bandwidth is ``algbw × factor`` with nccl-tests' factors (scatter's, (n-1)/n, from
+its scatter.cu; an uneven form's, its even form's), so numbers compare across rank counts and
+with NCCL.
 
 Inputs are small integers, exact in every data type, so checks compare exactly; bfloat16 is
 written and read through its bit pattern (no ml_dtypes needed).
@@ -16,8 +17,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..collectives import (all_gather, all_reduce, all_to_all, batch_send_recv, broadcast, reduce, reduce_scatter,
-                           scatter)
+from ..collectives import (all_gather, all_gather_v, all_reduce, all_to_all, all_to_all_v, all_to_all_vc,
+                           batch_send_recv, broadcast, reduce, reduce_scatter, reduce_scatter_v, scatter)
 from ..runtime import DeviceArray, Stream, empty
 from ..types import DataType, ReduceOp
 
@@ -33,6 +34,12 @@ OPERATIONS: Dict[str, Tuple[Callable[[int], float], bool, bool, bool]] = {
     "reduce_scatter": (lambda n: (n - 1) / n, True, False, True),
     "all_to_all": (lambda n: (n - 1) / n, False, False, True),
     "scatter": (lambda n: (n - 1) / n, False, True, True),
+    # The uneven forms with equal blocks, as hccl_test runs them: the same data as their even
+    # forms, through the V interfaces (out of place only: their buffers must not overlap).
+    "all_gather_v": (lambda n: (n - 1) / n, False, False, True),
+    "reduce_scatter_v": (lambda n: (n - 1) / n, True, False, True),
+    "all_to_all_v": (lambda n: (n - 1) / n, False, False, True),
+    "all_to_all_vc": (lambda n: (n - 1) / n, False, False, True),
     "send_recv": (lambda n: 1.0, False, False, False),
 }
 
@@ -89,8 +96,11 @@ class Case:
         self.count = self.block * n if whole else self.block  # the elements nccl-tests prints
         self.nbytes = self.count * dtype.itemsize
         self.factor = factor(n)
-        send_count = self.block * n if operation in ("reduce_scatter", "all_to_all", "scatter") else self.block
-        recv_count = self.block * n if operation in ("all_gather", "all_to_all") else self.block
+        # The uneven forms move what their even forms do.
+        self._even = operation[:-3] if operation.endswith("_vc") else operation[:-2] if operation.endswith("_v") \
+            else operation
+        send_count = self.block * n if self._even in ("reduce_scatter", "all_to_all", "scatter") else self.block
+        recv_count = self.block * n if self._even in ("all_gather", "all_to_all") else self.block
         self.send: DeviceArray = empty(send_count, dtype, device=comm.device)
         self.recv: DeviceArray = empty(recv_count, dtype, device=comm.device)
         self._ranks = n
@@ -99,7 +109,7 @@ class Case:
 
     def launcher(self, in_place: bool, stream: Stream) -> Optional[Callable[[], Any]]:
         """A function that queues one operation on ``stream``; None when the operation has no
-        in-place form (all_to_all, send_recv)."""
+        in-place form (all_to_all, send_recv and the uneven forms)."""
         comm, send, recv, op, root, block = self.comm, self.send, self.recv, self.op, self.root, self.block
         name, rank, n = self.operation, comm.rank, comm.size
         if name == "all_reduce":
@@ -126,6 +136,16 @@ class Case:
             return None
         if name == "all_to_all":
             return lambda: all_to_all(comm, send, recv, stream=stream)
+        counts, displs = [block] * n, [i * block for i in range(n)]  # one list each, as a caller keeps them
+        if name == "all_gather_v":
+            return lambda: all_gather_v(comm, send, recv, counts, displs, stream=stream)
+        if name == "reduce_scatter_v":
+            return lambda: reduce_scatter_v(comm, send, recv, counts, displs, op, stream=stream)
+        if name == "all_to_all_v":
+            return lambda: all_to_all_v(comm, send, recv, counts, counts, displs, displs, stream=stream)
+        if name == "all_to_all_vc":
+            matrix = [counts] * n
+            return lambda: all_to_all_vc(comm, send, recv, matrix, stream=stream)
         items = [("send", send, (rank + 1) % n), ("recv", recv, (rank - 1) % n)]
         return lambda: batch_send_recv(comm, items, stream=stream)
 
@@ -147,7 +167,7 @@ class Case:
     def wrong(self, in_place: bool) -> int:
         """Elements of this rank's output that differ from the expected result (after ``fill``,
         one call and a synchronisation)."""
-        name, rank, n, block, op = self.operation, self.comm.rank, self._ranks, self.block, self.op
+        name, rank, n, block, op = self._even, self.comm.rank, self._ranks, self.block, self.op
         everyone = [self._input(r) for r in range(n)]
         got, want = None, None
         if name == "all_reduce":

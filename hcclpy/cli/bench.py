@@ -24,7 +24,7 @@ from . import _numbers
 __all__ = ["add_parser", "run"]
 
 _OPERATIONS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "scatter",
-               "send_recv")
+               "all_gather_v", "reduce_scatter_v", "all_to_all_v", "all_to_all_vc", "send_recv")
 _DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "fp16", "fp32", "fp64",
            "bfp16")
 # nccl-tests' names for the same types, and NumPy's, so that either command line works as it is.
