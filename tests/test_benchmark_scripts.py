@@ -1,5 +1,5 @@
-"""The comparison benchmark runs end to end (tiny sizes, a short budget): it is not a test of
-speed, only that the script a reader runs to reproduce the README's tables works."""
+"""The comparison and per-call benchmarks run end to end (tiny sizes, a short budget): they are not
+tests of speed, only that the scripts a reader runs to reproduce the README's tables work."""
 
 from __future__ import annotations
 
@@ -33,3 +33,22 @@ def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
     assert all(t > 0 for stack in seconds.values() for sizes in stack.values() for t in sizes.values())
     if (tmp_path / "compare.png").exists():
         assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.timeout(240)
+def test_overhead_times_every_operation(tmp_path: Any) -> None:
+    """overhead.py pairs each hcclpy call with its raw cffi call, sends and receives included (rank
+    1 of its own 2-rank communicator answers them), and writes every sample."""
+    out = tmp_path / "overhead.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--calls", "200", "--rounds", "2", "--no-extras",
+         "--quiet", "--cpu", "-1", "--json", str(out)], capture_output=True, text=True, timeout=200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    operations = {row["group"] for key, row in data["variants"].items() if key.startswith("hcclpy_")}
+    assert {"send", "recv", "batch_send_recv", "all_to_all_vc", "broadcast"} <= operations, operations
+    for key, row in data["variants"].items():
+        assert len(row["samples_ns"]) == 2 and all(t > 0 for t in row["samples_ns"]), key
+        if key.startswith("hcclpy_"):
+            assert data["variants"][row["raw"]]["group"] == row["group"]
+    assert {target["target"].split()[0] for target in data["later_targets"]} == operations - {"all_reduce"}
