@@ -1,5 +1,6 @@
-"""The comparison and per-call benchmarks run end to end (tiny sizes, a short budget): they are not
-tests of speed, only that the scripts a reader runs to reproduce the README's tables work."""
+"""Every benchmark script runs end to end (tiny sizes, a short budget): these are not tests of
+speed, only that the scripts a reader runs to reproduce the README's tables work and check their
+results."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ REPO = Path(__file__).resolve().parent.parent
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HCCLPY_LAUNCHER")
 
 
+def _run(script: str, *args: str, timeout: float = 200) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
+                            env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
 @pytest.mark.timeout(300)
 def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
     pytest.importorskip("torch")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "compare.py"), "--ranks", "2", "--ops", "all_reduce", "all_gather",
-         "--programs", "hcclpy", "torch", "--max-bytes", "512", "--budget", "0.002", "--rounds", "1",
-         "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _run("compare.py", "--ranks", "2", "--ops", "all_reduce", "all_gather", "--programs", "hcclpy", "torch",
+         "--max-bytes", "512", "--budget", "0.002", "--rounds", "1", "--out", str(tmp_path), timeout=240)
     report = (tmp_path / "compare.md").read_text()
     assert "## all_reduce, 2 ranks" in report and "## all_gather, 2 ranks" in report
     assert "| 512 B |" in report and "## Targets" in report
@@ -40,10 +45,7 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
     """overhead.py pairs each hcclpy call with its raw cffi call, sends and receives included (rank
     1 of its own 2-rank communicator answers them), and writes every sample."""
     out = tmp_path / "overhead.json"
-    result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--calls", "200", "--rounds", "2", "--no-extras",
-         "--quiet", "--cpu", "-1", "--json", str(out)], capture_output=True, text=True, timeout=200)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _run("overhead.py", "--calls", "200", "--rounds", "2", "--no-extras", "--quiet", "--cpu", "-1", "--json", str(out))
     data = json.loads(out.read_text())
     operations = {row["group"] for key, row in data["variants"].items() if key.startswith("hcclpy_")}
     assert {"send", "recv", "batch_send_recv", "all_to_all_vc", "broadcast"} <= operations, operations
@@ -52,3 +54,30 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
         if key.startswith("hcclpy_"):
             assert data["variants"][row["raw"]]["group"] == row["group"]
     assert {target["target"].split()[0] for target in data["later_targets"]} == operations - {"all_reduce"}
+
+
+
+@pytest.mark.timeout(240)
+def test_numpy_vs_device_runs_and_checks_its_results() -> None:
+    out = _run("numpy_vs_device.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
+    assert "# 64 B: numpy" in out and "ratio" in out and "wrong elements (all ranks, last round of each size): 0" in out
+
+
+@pytest.mark.timeout(240)
+def test_torch_vs_gloo_runs_and_checks_its_results() -> None:
+    pytest.importorskip("torch")
+    out = _run("torch_vs_gloo.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
+    assert "# 8 B latency: hcclpy" in out and "wrong elements" in out and out.rstrip().endswith(": 0")
+
+
+@pytest.mark.timeout(240)
+def test_init_time_reports_each_rank_count() -> None:
+    out = _run("init_time.py", "--ranks", "2", "--repeat", "1")
+    row = [line.split() for line in out.splitlines() if line.split()[:1] == ["2"]]
+    assert row and all(float(x) > 0 for x in row[0][1:]), out
+
+
+@pytest.mark.timeout(240)
+def test_the_c_benchmark_builds_and_runs_against_the_simulator() -> None:
+    out = _run("run_sim_allreduce.py", "--", "-b", "8", "-e", "1K", "-f", "8", "-n", "5", "-w", "1")
+    assert "# Out of bounds values : 0 OK" in out and "memcpy reference" in out, out
