@@ -899,6 +899,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
     """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+    # The common call first, written out here and in recv alike: a shared helper costs ~0.1 us.
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank
             and buf._alloc.live_device == comm._device_id):
