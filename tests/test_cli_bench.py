@@ -133,3 +133,14 @@ def test_nccl_tests_type_names_work_too(given: str, shown: str) -> None:
     assert result.returncode == 0, result.stderr
     row = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("#")]
     assert row and row[0].split()[2] == shown, result.stdout
+
+
+def test_hccl_test_table_follows_the_nccl_tests_one() -> None:
+    result = bench("all_reduce", "-b", "8", "-e", "32", "-f", "2", "-n", "3", "-w", "1", "--hccl-test")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = lines.index("data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:")
+    assert lines[start - 1].startswith("the minbytes is 8, maxbytes is 32, iters is 3, warmup_iters is 1")
+    rows = [line.split("|") for line in lines[start + 1:]]
+    assert [int(r[0]) for r in rows] == [8, 16, 32] and all(r[3].strip() == "success" for r in rows), lines
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from .measure import Result, Row
 
-__all__ = ["average_busbw", "table", "write_csv", "write_json", "write_plot"]
+__all__ = ["average_busbw", "hccl_test_table", "table", "write_csv", "write_json", "write_plot"]
 
 # hccl_test's names for the data types
 TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
@@ -46,6 +46,21 @@ def table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
     wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
     print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}", file=out)
     print(f"# Avg bus bandwidth    : {average_busbw(rows):.4f}", file=out)
+
+
+def hccl_test_table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
+    """hccl_test's table: size, average time and algorithm bandwidth of the out-of-place call, and
+    the check (``success``, ``failed``, or ``NULL`` when checks are off), under its header line."""
+    sizes = [row.size for row in rows]
+    print(f"the minbytes is {min(sizes, default=0)}, maxbytes is {max(sizes, default=0)}, iters is {meta['iters']}, "
+          f"warmup_iters is {meta['warmup']}", file=out)
+    print("data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:", file=out)
+    for row in rows:
+        result = row.out_of_place
+        if result is None:
+            continue
+        check = "NULL" if not meta["check"] else "success" if result.wrong == 0 else "failed"
+        print(f"{row.size:<18}| {result.time_us:>12.2f}   | {result.algbw:>18.5f}   | {check}", file=out)
 
 
 def write_json(rows: List[Row], meta: Dict[str, Any], path: str) -> None:

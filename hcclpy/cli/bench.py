@@ -76,6 +76,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
     parser.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
                         help="time reported: 0 rank 0, 1 mean over ranks (default), 2 minimum, 3 maximum")
+    parser.add_argument("--hccl-test", action="store_true",
+                        help="also print hccl_test's table (size, aveg_time, alg_bandwidth, check_result)")
     parser.add_argument("-g", "--ranks", type=int, default=None, metavar="N",
                         help="without a launcher: start N local ranks through 'hcclpy run'")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -152,6 +154,8 @@ def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
                     "root": args.root if rooted else -1, "warmup": args.warmup_iters,
                     "iters": args.iters or "auto", "check": bool(args.check), "average": m.AVERAGES[args.average]}
             report.table(rows, meta, sys.stdout)
+            if args.hccl_test:
+                report.hccl_test_table(rows, meta, sys.stdout)
             for path, write in ((args.json, report.write_json), (args.csv, report.write_csv),
                                 (args.plot, report.write_plot)):
                 if path:
