@@ -97,8 +97,7 @@ class Case:
         self.nbytes = self.count * dtype.itemsize
         self.factor = factor(n)
         # The uneven forms move what their even forms do.
-        self._even = operation[:-3] if operation.endswith("_vc") else operation[:-2] if operation.endswith("_v") \
-            else operation
+        self._even = operation.removesuffix("_vc").removesuffix("_v")
         send_count = self.block * n if self._even in ("reduce_scatter", "all_to_all", "scatter") else self.block
         recv_count = self.block * n if self._even in ("all_gather", "all_to_all") else self.block
         self.send: DeviceArray = empty(send_count, dtype, device=comm.device)

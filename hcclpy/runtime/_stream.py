@@ -189,9 +189,10 @@ class Stream:
                 if upto > progress[0]:
                     progress[0] = upto
                     progress[2] = _now()
-                del held[:count]
                 if self._sealed:
-                    self._let_go(held, 0, upto)
+                    self._let_go(held, count, upto)
+                else:
+                    del held[:count]
                 return
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStream")
