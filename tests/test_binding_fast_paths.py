@@ -193,3 +193,63 @@ def test_a_batch_of_device_arrays_takes_the_fast_path(monkeypatch: pytest.Monkey
     monkeypatch.setattr(_ops, "resolve", spy)
     out = ranks.run_threads(_ring_batches, 2)
     assert not [p for problems in out for p in problems], out
+
+
+def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
+    """The same batch again (a new, equal list) skips even the conversion to rows; the memo keeps
+    no array alive; NumPy items miss it; a batch naming a closed array is refused, not sent from
+    freed memory."""
+    import gc
+    import weakref
+
+    problems: List[str] = []
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        stream = comm.device.create_stream()
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        mine = hcclpy.from_numpy(np.full(N, rank + 1, np.float32), device=comm.device)
+        got = hcclpy.zeros(N, "float32", device=comm.device)
+        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
+        stream.synchronize()
+        got.fill_zero()
+        memo = comm._batch_memo
+        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
+        stream.synchronize()
+        if comm._batch_memo is not memo:  # the checked conversion to rows remembers the batch anew
+            problems.append("an equal batch was converted again")
+        if got.to_numpy().tolist() != [prv + 1.0] * N:
+            problems.append(f"the remembered batch received {got.to_numpy()}")
+        temporary = hcclpy.zeros(N, "float32", device=comm.device)
+        comm.batch_send_recv([("send", mine, nxt), ("recv", temporary, prv)], stream=stream)
+        stream.synchronize()
+        gone = weakref.ref(temporary)
+        del temporary
+        gc.collect()
+        if gone() is not None:
+            problems.append("the remembered batch keeps its arrays alive")
+        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)  # after a dead memo
+        stream.synchronize()
+        if got.to_numpy().tolist() != [prv + 1.0] * N:
+            problems.append(f"the batch after a freed one received {got.to_numpy()}")
+        host_got = np.zeros(N, np.float32)  # NumPy items compared with the memo's device arrays: a miss
+        comm.batch_send_recv([("send", np.full(N, rank + 1, np.float32), nxt), ("recv", host_got, prv)])
+        if host_got.tolist() != [prv + 1.0] * N:
+            problems.append(f"a NumPy batch after a device batch received {host_got}")
+        ranks_barrier = hcclpy.zeros(1, "float32", device=comm.device)
+        comm.all_reduce(ranks_barrier, stream=stream)  # both ranks are done with got before rank 0 closes it
+        stream.synchronize()
+        if rank == 0:
+            got.close()
+            try:
+                comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
+                problems.append("a batch naming a closed array was queued")
+            except ValueError as error:
+                if "closed" not in str(error) and "freed" not in str(error):
+                    problems.append(f"a closed array was refused with {error}")
+        stream.close()
+    return problems
+
+
+def test_an_equal_batch_is_remembered_without_keeping_arrays_alive() -> None:
+    import ranks
+    out = ranks.run_threads(_remembered_batches, 2)
+    assert not [p for problems in out for p in problems], out

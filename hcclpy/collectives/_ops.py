@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -951,6 +952,16 @@ def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, L
     return (tuple(rows), buffers) if rows else None
 
 
+def _remember_batch(comm: CommCore, items: Sequence[Any], buffers: List[DeviceArray], c_items: Any) -> None:
+    """Keep ``items`` (checked, with their C array) as the batch the fast path compares the next one
+    with. It holds weak proxies, not the buffers: a batch made once must not keep device memory
+    alive. A proxy equals only the array it stands for, so an equal batch names the same arrays."""
+    proxies = [weakref.proxy(buf) for buf in buffers]
+    last = [(kind, proxy, peer) for (kind, _, peer), proxy in zip(items, proxies)]
+    comm._batch_memo = (last if type(items) is list else tuple(last),
+                        tuple(weakref.proxy(buf._alloc) for buf in buffers), c_items)
+
+
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                     stream: Optional[Stream] = None) -> None:
     """Post several sends and receives at once: ``items`` are ``("send" | "recv", buffer, peer)``
@@ -961,19 +972,36 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     """
     if type(items) is list or type(items) is tuple:
         st = _fast(comm, stream)
-        found = _batch_rows(comm, items) if st is not None else None
-        if found is not None:
-            rows, buffers = found
-            # HCCL reads the items during the call, so equal batches share one C array.
-            cache = comm._batch_items
-            c_items = cache.get(rows)
-            if c_items is None:
-                if len(cache) >= 256:
-                    cache.clear()
-                c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
-            _done(comm._api.HcclBatchSendRecv(c_items, len(rows), comm._handle, st._ptr_cdata), "HcclBatchSendRecv",
-                  st, buffers, comm, len(rows), -1, -1)
-            return None
+        if st is not None:
+            last, allocs, c_items = comm._batch_memo
+            try:
+                again = items == last  # the last batch again: its items compare equal to the memo's
+            except Exception:  # a freed buffer's proxy, or another object's __eq__ refusing a proxy
+                again = False
+            if again:
+                device = comm._device_id
+                for alloc in allocs:
+                    if alloc.live_device != device:
+                        break
+                else:
+                    # The item tuples keep their buffers alive until the stream is done with them.
+                    _done(comm._api.HcclBatchSendRecv(c_items, len(items), comm._handle, st._ptr_cdata),
+                          "HcclBatchSendRecv", st, items, comm, len(items), -1, -1)
+                    return None
+            found = _batch_rows(comm, items)
+            if found is not None:
+                rows, buffers = found
+                # HCCL reads the items during the call, so equal batches share one C array.
+                cache = comm._batch_items
+                c_items = cache.get(rows)
+                if c_items is None:
+                    if len(cache) >= 256:
+                        cache.clear()
+                    c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
+                _done(comm._api.HcclBatchSendRecv(c_items, len(rows), comm._handle, st._ptr_cdata),
+                      "HcclBatchSendRecv", st, buffers, comm, len(rows), -1, -1)
+                _remember_batch(comm, items, buffers, c_items)
+                return None
     try:
         items = list(items)
     except TypeError:
