@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from numpy_vs_device import human  # noqa: E402  (a sibling script)
+from numpy_vs_device import byte_size, human  # noqa: E402  (a sibling script)
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 SIZES = [8 << (3 * i) for i in range(6)] + [1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -402,7 +402,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--programs", nargs="+", choices=sorted(RANK_PROGRAMS), default=sorted(RANK_PROGRAMS),
                         help="which rank programs to run: hcclpy (device and NumPy), torch (torch-hcclpy and gloo), "
                         "mpi (default: all)")
-    parser.add_argument("--max-bytes", type=int, default=SIZES[-1], help="largest size in bytes (default 64 MiB)")
+    parser.add_argument("--max-bytes", type=byte_size, default=SIZES[-1],
+                        help="largest size in bytes, K, M or G suffix allowed (default 64M)")
     parser.add_argument("--budget", type=float, default=0.1, help="seconds per timed round (default 0.1)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per size (median; default 3)")
     parser.add_argument("--out", help="directory for compare.md/.json/.png (default: benchmarks/results for a "

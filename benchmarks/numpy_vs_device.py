@@ -33,15 +33,9 @@ from typing import List
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
+from hcclpy.cli._numbers import byte_size  # noqa: E402  (sizes as the CLI takes them: 8, 64K, 2M)
+
 TARGET_RATIO = 1.5  # numpy path / device path at the largest size (project issue)
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().rstrip("B")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
 
 
 def human(nbytes: int) -> str:
@@ -56,11 +50,11 @@ def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str,
     compared, for the help text); this script's and ``torch_vs_gloo.py``'s."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
-    parser.add_argument("--min-bytes", type=parse_size, default=8, help="smallest size, default 8")
-    parser.add_argument("--max-bytes", type=parse_size, default=64 << 20, help="largest size, default 64M")
+    parser.add_argument("--min-bytes", type=byte_size, default=8, help="smallest size, default 8")
+    parser.add_argument("--max-bytes", type=byte_size, default=64 << 20, help="largest size, default 64M")
     parser.add_argument("--rounds", type=int, default=rounds,
                         help=f"timed rounds per size and {compared} (median), default {rounds}")
-    parser.add_argument("--budget", type=parse_size, default=parse_size(budget),
+    parser.add_argument("--budget", type=byte_size, default=byte_size(budget),
                         help=f"bytes all-reduced per round (sets the calls per round), default {budget}")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--timeout", type=float, default=900.0, help="stop the ranks after this many seconds")

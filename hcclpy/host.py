@@ -38,6 +38,7 @@ import numpy as np
 
 from . import _ffi, collectives
 from ._comm_core import CommCore
+from ._units import parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
 from .types import DataType, ReduceOp, as_datatype
 
@@ -53,10 +54,8 @@ def _chunk_bytes() -> int:
     raw = os.environ.get("HCCLPY_HOST_CHUNK_BYTES", "").strip()
     if not raw:
         return 2 << 20
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = raw.upper().rstrip("B")
     try:
-        value = int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
+        value = parse_bytes(raw)
     except ValueError:
         value = 0
     if value < 1024:

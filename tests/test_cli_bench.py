@@ -12,9 +12,12 @@ from typing import Any, List
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hcclpy
 import ranks
+from hcclpy._units import parse_bytes
 from hcclpy.bench.cases import OPERATIONS, make_case
 from hcclpy.bench.measure import iterations, sizes
 from hcclpy.types import DataType, ReduceOp
@@ -91,7 +94,8 @@ def test_one_rank_without_a_launcher() -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["all_reduce", "-b", "1X"], "is not a size"),
+    (["all_reduce", "-b", "1X"], "'1X' is not a whole number of bytes"),
+    (["all_reduce", "-e", "0.1K"], "'0.1K' is not a whole number of bytes"),
     (["all_reduce", "-b", "64", "-e", "8"], "empty"),
     (["broadcast", "-r", "3"], "root must be a rank"),
     (["all_reduce", "-g", "0"], "at least 1"),
@@ -105,6 +109,20 @@ def test_bad_arguments(args: List[str], message: str) -> None:
     result = bench(*args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "exited" not in result.stderr, result.stderr
+
+
+@given(number=st.integers(0, 1 << 40), unit=st.sampled_from(["", "B", "K", "kb", "KiB", "M", "m", "MiB", "G", "GB"]))
+def test_sizes_are_read_as_the_cli_the_benchmarks_and_the_environment_take_them(number: int, unit: str) -> None:
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit.upper().rstrip("IB")]
+    assert parse_bytes(f"{number}{unit}") == number * scale
+    if scale > 1:  # a fraction, where the bytes come out whole
+        assert parse_bytes(f"{number}.5{unit}") == number * scale + scale // 2
+
+
+@pytest.mark.parametrize("text", ["", "K", "-1", "-1K", "1e3", "0.1K", "1.5", "nanM", "infG", "2X", "2iB", "1 K B"])
+def test_what_is_not_a_whole_number_of_bytes_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a whole number of bytes"):
+        parse_bytes(text)
 
 
 def test_wrong_results_are_counted() -> None:

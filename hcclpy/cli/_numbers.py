@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Callable, TypeVar
 
-__all__ = ["non_negative_int", "port", "positive_int", "seconds"]
+from .._units import parse_bytes
+
+__all__ = ["byte_size", "non_negative_int", "port", "positive_int", "seconds"]
 
 Number = TypeVar("Number", int, float)
 
@@ -44,3 +46,11 @@ def seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def byte_size(text: str) -> int:
+    """Bytes, optionally with a K, M or G suffix (powers of 1024): ``8``, ``64K``, ``1.5M``."""
+    try:
+        return parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

@@ -37,17 +37,6 @@ def _dtype(text: str) -> str:
     return _DTYPE_ALIASES.get(name, name)
 
 
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    cleaned = text.strip().upper().rstrip("B")
-    try:
-        if cleaned and cleaned[-1] in units:
-            return int(float(cleaned[:-1]) * units[cleaned[-1]])
-        return int(cleaned)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, with an optional K, M or G)") from None
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``hcclpy bench`` with ``subparsers``."""
     parser = subparsers.add_parser(
@@ -56,12 +45,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "nccl-tests table (time, algbw, busbw, #wrong; out of place and in place). Exit status 1 when "
         "results are wrong.")
     parser.add_argument("operation", choices=_OPERATIONS, help="what to measure")
-    parser.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE", help="smallest size (default 8)")
-    parser.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, metavar="SIZE",
+    parser.add_argument("-b", "--minbytes", type=_numbers.byte_size, default=8, metavar="SIZE", help="smallest size (default 8)")
+    parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
                         help="largest size (default 64M)")
     parser.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",
                         help="factor between sizes (default 2)")
-    parser.add_argument("-i", "--stepbytes", type=_size, default=0, metavar="SIZE",
+    parser.add_argument("-i", "--stepbytes", type=_numbers.byte_size, default=0, metavar="SIZE",
                         help="fixed increment between sizes, with -f 1")
     parser.add_argument("-d", "--datatype", type=_dtype, choices=_DTYPES, default="fp32",
                         help="data type (default fp32); nccl-tests' half, float, double and bfloat16 work too")
