@@ -20,7 +20,7 @@ class CommCore:
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
                  "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
-                 "_layout_memo", "_batch_items", "_batch_memo", "_trace_info", "_trace_seq")
+                 "_layout_memo", "_batch_items", "_batch_memo", "_batch_seen", "_trace_info", "_trace_seq")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
@@ -41,7 +41,8 @@ class CommCore:
         self._trace_seq = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
         self._batch_items: Dict[Any, Any] = {}  # C item arrays of send/receive batches, by their values
-        self._batch_memo: tuple = (None, (), None)  # the last batch: its items, as weak proxies, and C array
+        self._batch_memo: tuple = (None, (), None)  # a batch made again: its items, as weak proxies, and C array
+        self._batch_seen: Any = None  # the C array of the batch converted last
         # The last send-side, receive-side and matrix layout found there; all None: nothing known yet.
         self._layout_memo: list = [(None,) * 5, (None,) * 5, (None,) * 3]
 

@@ -196,9 +196,9 @@ def test_a_batch_of_device_arrays_takes_the_fast_path(monkeypatch: pytest.Monkey
 
 
 def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
-    """The same batch again (a new, equal list) skips even the conversion to rows; the memo keeps
-    no array alive; NumPy items miss it; a batch naming a closed array is refused, not sent from
-    freed memory."""
+    """A batch made twice in a row is remembered, and the same batch again (a new, equal list)
+    skips even the conversion to rows; a batch made once is not; the memo keeps no array alive;
+    NumPy items miss it; a batch naming a closed array is refused, not sent from freed memory."""
     import gc
     import weakref
 
@@ -208,26 +208,36 @@ def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
         nxt, prv = (rank + 1) % size, (rank - 1) % size
         mine = hcclpy.from_numpy(np.full(N, rank + 1, np.float32), device=comm.device)
         got = hcclpy.zeros(N, "float32", device=comm.device)
-        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
-        stream.synchronize()
-        got.fill_zero()
+
+        def ring(target: Any) -> None:
+            comm.batch_send_recv([("send", mine, nxt), ("recv", target, prv)], stream=stream)
+            stream.synchronize()
+
+        ring(got)
+        if comm._batch_memo[0] is not None:
+            problems.append("a batch made once was remembered")
+        ring(got)
         memo = comm._batch_memo
-        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
-        stream.synchronize()
-        if comm._batch_memo is not memo:  # the checked conversion to rows remembers the batch anew
-            problems.append("an equal batch was converted again")
+        if memo[0] is None:
+            problems.append("a batch made twice in a row was not remembered")
+        got.fill_zero()
+        ring(got)
+        if comm._batch_memo is not memo:  # the checked conversion remembers the batch anew
+            problems.append("a remembered batch was converted again")
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"the remembered batch received {got.to_numpy()}")
         temporary = hcclpy.zeros(N, "float32", device=comm.device)
-        comm.batch_send_recv([("send", mine, nxt), ("recv", temporary, prv)], stream=stream)
-        stream.synchronize()
+        ring(temporary)
+        ring(temporary)
+        if comm._batch_memo is memo:
+            problems.append("the second batch made twice in a row was not remembered")
         gone = weakref.ref(temporary)
         del temporary
         gc.collect()
         if gone() is not None:
             problems.append("the remembered batch keeps its arrays alive")
-        comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)  # after a dead memo
-        stream.synchronize()
+        ring(got)  # after a memo of freed arrays
+        ring(got)
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"the batch after a freed one received {got.to_numpy()}")
         host_got = np.zeros(N, np.float32)  # NumPy items compared with the memo's device arrays: a miss
@@ -240,7 +250,7 @@ def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
         if rank == 0:
             got.close()
             try:
-                comm.batch_send_recv([("send", mine, nxt), ("recv", got, prv)], stream=stream)
+                ring(got)
                 problems.append("a batch naming a closed array was queued")
             except ValueError as error:
                 if "closed" not in str(error) and "freed" not in str(error):

@@ -1000,7 +1000,11 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                     c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
                 _done(comm._api.HcclBatchSendRecv(c_items, len(rows), comm._handle, st._ptr_cdata),
                       "HcclBatchSendRecv", st, buffers, comm, len(rows), -1, -1)
-                _remember_batch(comm, items, buffers, c_items)
+                if c_items is not comm._batch_memo[2]:
+                    # Remembering costs about a call; only a batch made twice in a row is likely to come again.
+                    if c_items is comm._batch_seen:
+                        _remember_batch(comm, items, buffers, c_items)
+                    comm._batch_seen = c_items
                 return None
     try:
         items = list(items)
