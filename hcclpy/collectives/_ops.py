@@ -975,7 +975,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         if st is not None:
             last, allocs, c_items = comm._batch_memo
             try:
-                again = items == last  # the last batch again: its items compare equal to the memo's
+                again = items == last  # the remembered batch again: its items compare equal to the memo's
             except Exception:  # a freed buffer's proxy, or another object's __eq__ refusing a proxy
                 again = False
             if again:
