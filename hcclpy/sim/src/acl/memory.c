@@ -50,6 +50,9 @@ struct sim_arena {
 
 static pthread_mutex_t g_arena_lock = PTHREAD_MUTEX_INITIALIZER;
 static sim_arena_t *g_arenas[SIM_MAX_DEVICES];
+/* One past the highest device with an arena: a host pointer, looked up on
+ * every copy, is compared with the arenas there are instead of 256 slots. */
+static _Atomic int g_arena_limit;
 
 /* ------------------------------------------------------------ block lists */
 
@@ -149,8 +152,11 @@ sim_arena_t *sim_arena_get(int device, int *err)
     sim_arena_t *arena = g_arenas[device];
     if (arena == NULL) {
         *err = arena_create(device, &arena);
-        if (*err == ACL_SUCCESS)
-            g_arenas[device] = arena;
+        if (*err == ACL_SUCCESS) {
+            __atomic_store_n(&g_arenas[device], arena, __ATOMIC_RELEASE);
+            if (device >= atomic_load(&g_arena_limit))
+                atomic_store(&g_arena_limit, device + 1);
+        }
     }
     pthread_mutex_unlock(&g_arena_lock);
     return arena;
@@ -302,7 +308,8 @@ static bool arena_room(sim_arena_t *arena, const void *ptr, uint64_t *room, uint
 /* The device memory `ptr` points into (inside an allocation or not), or NULL. */
 static sim_arena_t *arena_holding(const void *ptr)
 {
-    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+    int limit = atomic_load(&g_arena_limit);
+    for (int d = 0; d < limit; d++) {
         sim_arena_t *arena = __atomic_load_n(&g_arenas[d], __ATOMIC_ACQUIRE);
         if (arena_contains(arena, ptr))
             return arena;
@@ -693,6 +700,7 @@ void sim_memory_after_fork(void)
         free(arena);
         g_arenas[d] = NULL;
     }
+    atomic_store(&g_arena_limit, 0);
     while (g_peers != NULL) {
         peer_map_t *p = g_peers;
         g_peers = p->next;

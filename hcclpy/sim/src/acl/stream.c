@@ -224,7 +224,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
+uint64_t sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
 {
     int64_t now = sim_now_ns();
     task->next = NULL;
@@ -236,7 +236,7 @@ void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
         stream->tail->next = task;
     }
     stream->tail = task;
-    atomic_fetch_add(&stream->enqueued, 1);
+    uint64_t place = atomic_fetch_add(&stream->enqueued, 1) + 1;
     if (!stream->worker_started) {
         /* The worker starts on first use: most streams of a short program
          * never need one running before that. */
@@ -246,6 +246,17 @@ void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
     atomic_store(&stream->last_enqueue_ns, now);
     if (atomic_load(&stream->worker_state) == WORKER_DEEP)
         wake_worker(stream);
+    return place;
+}
+
+void sim_stream_start(sim_stream_t *stream, uint64_t place)
+{
+    /* Tasks finish in order: the one at `place` is next when all before it are done. */
+    if (atomic_load(&stream->completed) + 1 != place || !claim(stream))
+        return;
+    if (atomic_load(&stream->completed) + 1 == place) /* still next, now that the stream is ours */
+        drain(stream, place, 0, false);
+    release_claim(stream);
 }
 
 int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_ns)

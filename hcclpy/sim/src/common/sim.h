@@ -153,8 +153,14 @@ typedef struct sim_stream sim_stream_t;
 /* Resolves a stream handle; NULL means the current context's default stream. */
 SIM_EXPORT sim_stream_t *sim_stream_resolve(const void *handle, int *err);
 SIM_EXPORT int sim_stream_device(const sim_stream_t *stream);
-/* Queues a task; the stream takes ownership (it calls task->release). */
-SIM_EXPORT void sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task);
+/* Queues a task; the stream takes ownership (it calls task->release).
+ * Returns the task's place in the stream (1-based, as `target` below). */
+SIM_EXPORT uint64_t sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task);
+/* Runs the task at `place` in the calling thread if it is next and no one
+ * else runs the stream, until it would wait (with no deadline to wait for);
+ * what is left runs as before, when the stream is synchronised or by the
+ * worker.  For short tasks whose first steps let peers go on earlier. */
+SIM_EXPORT void sim_stream_start(sim_stream_t *stream, uint64_t place);
 /* Number of tasks ever enqueued / finished on the stream. */
 SIM_EXPORT uint64_t sim_stream_enqueued(const sim_stream_t *stream);
 /* Runs or waits for the stream's tasks up to index `target` (1-based count).

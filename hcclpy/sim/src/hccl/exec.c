@@ -360,7 +360,7 @@ static uint64_t eager_bytes(const op_task_t *op, size_t elem)
     }
 }
 
-static bool is_eager(const op_task_t *op)
+bool hccl_op_is_eager(const op_task_t *op)
 {
     return eager_bytes(op, hccl_dtype_size(op->dtype)) <= HCCL_SIM_EAGER_BYTES;
 }
@@ -463,7 +463,7 @@ static int step_collective(op_task_t *op)
     switch (op->phase) {
     case 0:
         publish_descriptor(op);
-        if (is_eager(op))
+        if (hccl_op_is_eager(op))
             post_eager(op);
         hccl_publish(comm, PROGRESS(op->cseq, 1));
         op->phase = 1;
@@ -472,7 +472,7 @@ static int step_collective(op_task_t *op)
         if (!all_reached(comm, PROGRESS(op->cseq, 1)))
             return STEP_BLOCKED;
         int rc = check_signatures(op);
-        if (rc == STEP_DONE && is_eager(op))
+        if (rc == STEP_DONE && hccl_op_is_eager(op))
             return work_eager(op); /* nobody waits for this rank to finish */
         if (rc == STEP_DONE)
             rc = do_work(op);

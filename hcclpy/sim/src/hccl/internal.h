@@ -251,6 +251,9 @@ void hccl_op_free(op_task_t *op);
 /* Assigns sequence numbers and queues the operation on its stream. */
 void hccl_op_submit(op_task_t *op);
 int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns);
+/* Whether the operation moves so little that its ranks exchange it through
+ * their slots (see exec.c): its first steps are worth running at once. */
+bool hccl_op_is_eager(const op_task_t *op);
 void hccl_op_cancel(sim_task_t *task);
 
 /* Several communicator initialisations run at once, one thread each. */

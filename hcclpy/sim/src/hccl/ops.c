@@ -44,13 +44,22 @@ void hccl_op_free(op_task_t *op)
 void hccl_op_submit(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
+    sim_stream_t *stream = op->stream;
     pthread_mutex_lock(&comm->lock);
     op->lseq = ++comm->next_lseq;
-    if (op->type != HCCL_CMD_SEND && op->type != HCCL_CMD_RECEIVE && op->type != HCCL_CMD_BATCH_SEND_RECV)
+    bool collective = op->type != HCCL_CMD_SEND && op->type != HCCL_CMD_RECEIVE &&
+                      op->type != HCCL_CMD_BATCH_SEND_RECV;
+    if (collective)
         op->cseq = ++comm->next_cseq;
+    bool eager = collective && hccl_op_is_eager(op);
     atomic_fetch_add(&comm->pending, 1);
-    sim_stream_enqueue(op->stream, &op->base);
+    uint64_t place = sim_stream_enqueue(stream, &op->base);
     pthread_mutex_unlock(&comm->lock);
+    /* A small collective on an idle stream announces itself and posts its data now (and finishes, if
+     * the peers are there), instead of when the stream is synchronised: the peers that wait for it go
+     * on that much earlier.  The op may already be done and freed: only the stream is used. */
+    if (eager)
+        sim_stream_start(stream, place);
 }
 
 static int dispatch(op_task_t *op)
