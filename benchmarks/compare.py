@@ -414,7 +414,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.out is None:
-        full = all(getattr(args, name) == parser.get_default(name) for name in ("ranks", "ops", "programs", "max_bytes"))
+        narrowing = ("ranks", "ops", "programs", "max_bytes")
+        full = all(getattr(args, name) == parser.get_default(name) for name in narrowing)
         args.out = str(HERE / "results" if full else HERE / "results" / "partial")
     if args.rank_program:
         rank_main(args)

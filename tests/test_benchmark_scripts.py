@@ -56,7 +56,6 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
     assert {target["target"].split()[0] for target in data["later_targets"]} == operations - {"all_reduce"}
 
 
-
 @pytest.mark.timeout(240)
 def test_numpy_vs_device_runs_and_checks_its_results() -> None:
     out = _run("numpy_vs_device.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")

@@ -45,7 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "nccl-tests table (time, algbw, busbw, #wrong; out of place and in place). Exit status 1 when "
         "results are wrong.")
     parser.add_argument("operation", choices=_OPERATIONS, help="what to measure")
-    parser.add_argument("-b", "--minbytes", type=_numbers.byte_size, default=8, metavar="SIZE", help="smallest size (default 8)")
+    parser.add_argument("-b", "--minbytes", type=_numbers.byte_size, default=8, metavar="SIZE",
+                        help="smallest size (default 8)")
     parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
                         help="largest size (default 64M)")
     parser.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",

@@ -27,7 +27,7 @@
 
 enum { STEP_DONE = 0, STEP_BLOCKED = -100, STEP_MOVED = -101 };
 
-static bool is_collective(uint32_t type)
+bool hccl_cmd_is_collective(uint32_t type)
 {
     return type != HCCL_CMD_SEND && type != HCCL_CMD_RECEIVE && type != HCCL_CMD_BATCH_SEND_RECV;
 }
@@ -595,7 +595,7 @@ static int step(op_task_t *op)
             return STEP_BLOCKED;
         op->started = true; /* its deadline is set once it has to wait (hccl_op_run) */
     }
-    return is_collective(op->type) ? step_collective(op) : step_p2p(op);
+    return hccl_cmd_is_collective(op->type) ? step_collective(op) : step_p2p(op);
 }
 
 static void finish(op_task_t *op)
@@ -659,7 +659,7 @@ static bool waiting_on(op_task_t *op, uint32_t r)
     hccl_comm_t *comm = op->comm;
     if (r == comm->rank)
         return false;
-    if (is_collective(op->type))
+    if (hccl_cmd_is_collective(op->type))
         return atomic_load(&comm_slot(comm, r)->progress) < PROGRESS(op->cseq, op->phase == 0 ? 1 : op->phase);
     for (uint32_t i = 0; i < op->item_count; i++)
         if (op->items[i].remoteRank == r && op->item_state[i] != ITEM_DONE)

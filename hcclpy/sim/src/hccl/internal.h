@@ -251,8 +251,12 @@ void hccl_op_free(op_task_t *op);
 /* Assigns sequence numbers and queues the operation on its stream. */
 void hccl_op_submit(op_task_t *op);
 int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns);
-/* Whether the operation moves so little that its ranks exchange it through
- * their slots (see exec.c): its first steps are worth running at once. */
+/* Whether an HcclCMDType is a collective (matched across ranks by sequence
+ * number) rather than point to point. */
+bool hccl_cmd_is_collective(uint32_t type);
+/* Whether the operation is a collective that moves so little that its ranks
+ * exchange it through their slots (see exec.c): its first steps are worth
+ * running at once. */
 bool hccl_op_is_eager(const op_task_t *op);
 void hccl_op_cancel(sim_task_t *task);
 

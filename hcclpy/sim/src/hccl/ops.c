@@ -47,11 +47,9 @@ void hccl_op_submit(op_task_t *op)
     sim_stream_t *stream = op->stream;
     pthread_mutex_lock(&comm->lock);
     op->lseq = ++comm->next_lseq;
-    bool collective = op->type != HCCL_CMD_SEND && op->type != HCCL_CMD_RECEIVE &&
-                      op->type != HCCL_CMD_BATCH_SEND_RECV;
-    if (collective)
+    if (hccl_cmd_is_collective(op->type))
         op->cseq = ++comm->next_cseq;
-    bool eager = collective && hccl_op_is_eager(op);
+    bool eager = hccl_op_is_eager(op);
     atomic_fetch_add(&comm->pending, 1);
     uint64_t place = sim_stream_enqueue(stream, &op->base);
     pthread_mutex_unlock(&comm->lock);
