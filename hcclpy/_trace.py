@@ -4,20 +4,21 @@ This module sits below the runtime and the collectives (it imports nothing of hc
 collectives record each operation they queue, streams and events mark what they have seen
 complete, and :mod:`hcclpy.trace` turns the records into dumps, Chrome traces and health reports.
 
-Recording costs a tuple and a list store per operation. A per-process counter orders everything;
-a stream's *progress* is ``[done, failed, done_ns]``: records with a mark below ``done`` are known
-complete (a synchronisation, a query or an event said so, at ``done_ns``), records below
-``failed`` ran into a failure. ``HCCLPY_TRACE=0`` turns recording off; ``HCCLPY_TRACE_SIZE`` sets
-how many operations the ring keeps (default 1024: a ring that stays in the CPU caches makes a
-record ~80 ns cheaper than one of 4096).
+Recording costs a tuple and a deque append per operation. The monotonic clock orders everything:
+a record's *mark* is the time its operation was queued, read once the C call returned, and a
+synchronisation, a query or an event takes its mark before its C call, so every record with a
+lower mark was queued before it. A stream's *progress* is ``[done, failed, done_ns]``: records
+with a mark below ``done`` are known complete (a synchronisation, a query or an event said so, at
+``done_ns``), records below ``failed`` ran into a failure. ``HCCLPY_TRACE=0`` turns recording
+off; ``HCCLPY_TRACE_SIZE`` sets how many operations the ring keeps (default 1024).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
-from typing import Any, List, Optional
+from collections import deque
+from typing import Any, Deque, List
 
 __all__ = ["capacity", "completed", "enabled", "failed", "mark", "new_progress", "on_toggle", "records",
            "set_enabled"]
@@ -32,12 +33,12 @@ def _ring_size() -> int:
         raise ValueError(f"HCCLPY_TRACE_SIZE is {raw!r}; use a whole number of operations (16 or more)") from None
 
 
-capacity = 1 << (_ring_size() - 1).bit_length()  # a power of two: index by mask
+capacity = _ring_size()
 enabled = os.environ.get("HCCLPY_TRACE", "1") != "0"
 
-ring: List[Optional[tuple]] = [None] * capacity
-mask = capacity - 1
-counter = itertools.count(1)  # next() is atomic under the GIL: threads never share a mark
+# A clock read is cheaper than a counter and an index: the clock is the mark, and the deque drops
+# the oldest record itself. Its append is atomic under the GIL, so threads need no lock.
+ring: Deque[tuple] = deque(maxlen=capacity)
 now = time.perf_counter_ns
 _listeners: List[Any] = []
 
@@ -56,8 +57,9 @@ def on_toggle(listener: Any) -> None:
 
 
 def mark() -> int:
-    """A fresh point in the order of events (operations recorded before it have lower marks)."""
-    return next(counter)
+    """The current point in the order of events: operations recorded before it have lower marks
+    (take it before the C call it stands for)."""
+    return now()
 
 
 def new_progress() -> list:
@@ -65,8 +67,8 @@ def new_progress() -> list:
     return [0, 0, 0]
 
 
-# A record: (mark, (communicator name, rank, size), sequence number in the communicator, C function,
-#            count, dtype, detail, the stream's progress, the stream's handle, enqueue time in ns).
+# A record: (mark = enqueue time in ns, (communicator name, rank, size), sequence number in the
+#            communicator, C function, count, dtype, detail, the stream's progress, the stream's handle).
 # The collectives build it inline (a function call would double the cost).
 
 
@@ -85,4 +87,5 @@ def failed(progress: list, upto: int) -> None:
 
 def records() -> List[tuple]:
     """The records the ring holds, oldest first."""
-    return sorted((r for r in list(ring) if r is not None), key=lambda r: r[0])
+    # list() copies the deque in one C call, which other threads' appends cannot interleave.
+    return sorted(list(ring), key=lambda r: r[0])

@@ -63,11 +63,11 @@ def set_enabled(on: bool) -> None:
 
 
 def _describe(record: tuple) -> Dict[str, Any]:
-    at, (comm, rank, size), seq, api, count, dtype, detail, progress, stream, queued = record
+    queued, (comm, rank, size), seq, api, count, dtype, detail, progress, stream = record
     operation = _OPERATIONS.get(api, api)
-    state = "completed" if at < progress[0] else "failed" if at < progress[1] else "pending"
+    state = "completed" if queued < progress[0] else "failed" if queued < progress[1] else "pending"
     item: Dict[str, Any] = {
-        "mark": at, "comm": comm, "rank": rank, "size": size, "seq": seq, "op": operation, "count": count,
+        "comm": comm, "rank": rank, "size": size, "seq": seq, "op": operation, "count": count,
         "dtype": DataType(dtype).name.lower() if dtype >= 0 else None, "stream": stream,
         "queued_ns": _WALL_AT + queued - _PERF_AT, "state": state,
         "completed_by_ns": _WALL_AT + progress[2] - _PERF_AT if state == "completed" else None}

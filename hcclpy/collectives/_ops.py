@@ -45,7 +45,7 @@ _SUM = ReduceOp.SUM
 _SUM_CODE = _SUM._value_  # the default op, recognised by identity before the dictionary lookup
 
 # The flight recorder (hcclpy._trace), as module globals: the hot path reads them fastest so.
-_ring, _ring_mask, _marks, _now = _trace.ring, _trace.mask, _trace.counter, _trace.now
+_record, _now = _trace.ring.append, _trace.now
 _recording = _trace.enabled
 
 
@@ -125,9 +125,8 @@ def _done(rc: int, name: str, stream: Stream, keep: Sequence[Any], comm: CommCor
     if rc:
         raise _ffi.hccl_failure(rc, name)
     if _recording:
-        at = next(_marks)
-        _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), name, count, dtype, detail,
-                                  stream._progress, stream._handle, _now())
+        _record((_now(), comm._trace_info, next(comm._trace_seq), name, count, dtype, detail, stream._progress,
+                 stream._handle))
     # The buffers themselves, not a tuple of them: a tuple per call, kept until the stream drains,
     # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
@@ -376,9 +375,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                 if rc:
                     raise _ffi.hccl_failure(rc, "HcclAllReduce")
                 if _recording:
-                    at = next(_marks)
-                    _ring[at & _ring_mask] = (at, comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
-                                              send._dtype_c, code, st._progress, st._handle, _now())
+                    _record((_now(), comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
+                             send._dtype_c, code, st._progress, st._handle))
                 held = st._held
                 held.append(send)
                 held.append(recv)

@@ -83,8 +83,9 @@ class Event:
             stream = self._device.default_stream
         elif not isinstance(stream, Stream):
             raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        upto = _trace.mark()  # before the call: work queued after the record must not count as before it
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
-        self._recorded = (stream._progress, _trace.mark())
+        self._recorded = (stream._progress, upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.

@@ -15,7 +15,7 @@ __all__ = ["Stream"]
 
 HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
 _sealing = threading.RLock()  # guards every stream's sealed segments (rarely taken)
-_marks, _now = _trace.counter, _trace.now
+_now = _trace.now
 
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
@@ -149,10 +149,10 @@ class Stream:
             segment, self._held = self._held, []
             # After the swap: an operation whose buffers are in the segment was queued before its
             # thread read self._held, so before this mark.
-            self._sealed.append((next(_marks), segment))  # before the query, which may raise
+            self._sealed.append((_now(), segment))  # before the query, which may raise
             if not self.query():  # (a drained stream lets go of everything)
                 done = self._progress[0]
-                self._sealed = [s for s in self._sealed if s[0] > done]
+                self._sealed = [s for s in self._sealed if s[0] >= done]  # a mark equal to done may be later
 
     def _let_go(self, held: list, count: int, upto: int) -> None:
         """Work queued before mark ``upto`` is done: let go of the first ``count`` buffers of ``held``
@@ -161,7 +161,7 @@ class Stream:
         del held[:count]
         if self._sealed:
             with _sealing:
-                self._sealed = [s for s in self._sealed if s[0] > upto]
+                self._sealed = [s for s in self._sealed if s[0] >= upto]
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
@@ -182,7 +182,7 @@ class Stream:
         if timeout is None and self._live_device >= 0:  # the common call, with the checks inlined
             held = self._held
             count = len(held)
-            upto = next(_marks)
+            upto = _now()
             rc = self._sync(self._ptr_cdata)
             if not rc:
                 progress = self._progress
