@@ -41,7 +41,9 @@ class CommCore:
         self._trace_seq = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
         self._batch_items: Dict[Any, Any] = {}  # C item arrays of send/receive batches, by their values
-        self._batch_memo: tuple = (None, (), None)  # a batch made again: its items, as weak proxies, and C array
+        # A batch made again: its items (as weak proxies), its arrays' allocations (weak proxies), its C
+        # array, and [the count of closed arrays when its arrays were last found open].
+        self._batch_memo: tuple = (None, (), None, [-1])
         self._batch_seen: Any = None  # the C array of the batch converted last
         # The last send-side, receive-side and matrix layout found there; all None: nothing known yet.
         self._layout_memo: list = [(None,) * 5, (None,) * 5, (None,) * 3]

@@ -197,7 +197,8 @@ def test_a_batch_of_device_arrays_takes_the_fast_path(monkeypatch: pytest.Monkey
 
 def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
     """A batch made twice in a row is remembered, and the same batch again (a new, equal list)
-    skips even the conversion to rows; a batch made once is not; the memo keeps no array alive;
+    skips even the conversion to rows; a batch made once is not; the stream holds a remembered
+    batch's arrays until it is done with them, the memo keeps none alive;
     NumPy items miss it; a batch naming a closed array is refused, not sent from freed memory."""
     import gc
     import weakref
@@ -231,13 +232,20 @@ def _remembered_batches(rank: int, size: int, info: bytes) -> List[str]:
         ring(temporary)
         if comm._batch_memo is memo:
             problems.append("the second batch made twice in a row was not remembered")
+        # The remembered batch once more, not waited for: the stream holds its arrays, the memo does not.
+        comm.batch_send_recv([("send", mine, nxt), ("recv", temporary, prv)], stream=stream)
         gone = weakref.ref(temporary)
         del temporary
+        gc.collect()
+        if gone() is None:
+            problems.append("a remembered batch let go of its arrays before the stream was done with them")
+        stream.synchronize()
         gc.collect()
         if gone() is not None:
             problems.append("the remembered batch keeps its arrays alive")
         ring(got)  # after a memo of freed arrays
         ring(got)
+        ring(got)  # remembered, and found open: until an array is closed, later calls skip that check
         if got.to_numpy().tolist() != [prv + 1.0] * N:
             problems.append(f"the batch after a freed one received {got.to_numpy()}")
         host_got = np.zeros(N, np.float32)  # NumPy items compared with the memo's device arrays: a miss

@@ -22,6 +22,9 @@ _H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
 _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
 
 
+# How many times DeviceArray.close() has run, in a list so that importers see it change. A memo of
+# arrays checked to be open stays valid while it does not (any change will do: no lock needed).
+CLOSES = [0]
 _MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an allocation
 
 
@@ -312,6 +315,7 @@ class DeviceArray:
     def close(self) -> None:
         """Free the memory now (every view of it becomes unusable). Idempotent."""
         self._alloc.live_device = -1
+        CLOSES[0] += 1
         close_now(self._alloc.finalizer)
 
     def __enter__(self) -> "DeviceArray":
