@@ -26,6 +26,19 @@ CASES: Dict[str, Tuple[Tuple[Any, ...], Tuple[Any, ...], str, str]] = {
              "broadcast(count=8, fp32, root=0)", "broadcast(count=8, fp32, root=1)"),
     "reduce_root": (("reduce", 4, "int64", 0), ("reduce", 4, "int64", 1),
                     "reduce(count=4, int64, sum, root=0)", "reduce(count=4, int64, sum, root=1)"),
+    # At most 16 bytes a rank: the simulator compares one word per rank first (its tiny path).
+    "tiny_operation": (("all_reduce", 2, "float32", "sum"), ("broadcast", 2, "float32", 0),
+                       "all_reduce(count=2, fp32, sum)", "broadcast(count=2, fp32, root=0)"),
+    "tiny_count": (("all_reduce", 2, "float32", "sum"), ("all_reduce", 3, "float32", "sum"),
+                   "all_reduce(count=2, fp32, sum)", "all_reduce(count=3, fp32, sum)"),
+    "tiny_dtype": (("all_reduce", 2, "float32", "sum"), ("all_reduce", 2, "int32", "sum"),
+                   "all_reduce(count=2, fp32, sum)", "all_reduce(count=2, int32, sum)"),
+    "tiny_reduce_op": (("all_reduce", 2, "float32", "sum"), ("all_reduce", 2, "float32", "max"),
+                       "all_reduce(count=2, fp32, sum)", "all_reduce(count=2, fp32, max)"),
+    "tiny_root": (("broadcast", 1, "int64", 0), ("broadcast", 1, "int64", 1),
+                  "broadcast(count=1, int64, root=0)", "broadcast(count=1, int64, root=1)"),
+    "tiny_and_not": (("all_reduce", 4, "float32", "sum"), ("all_reduce", 5, "float32", "sum"),
+                     "all_reduce(count=4, fp32, sum)", "all_reduce(count=5, fp32, sum)"),
 }
 
 

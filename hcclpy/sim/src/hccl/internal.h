@@ -27,6 +27,8 @@ typedef struct {
 #define SEG_HEADER_BYTES 65536u
 /* Collectives to which no rank contributes more than this go eager (exec.c). */
 #define HCCL_SIM_EAGER_BYTES 256u
+/* Eager collectives this small travel in the progress word's cache line (exec.c). */
+#define HCCL_SIM_TINY_BYTES 16u
 #define SEG_SUBCOMM_ENTRIES 64
 
 enum { SLOT_FREE = 0, SLOT_CLAIMED, SLOT_JOINED, SLOT_LEFT };
@@ -73,6 +75,11 @@ typedef struct {
 
 typedef struct {
     SIM_ALIGNED _Atomic uint64_t progress;   /* (collective seq << 16) | phase */
+    /* In the progress word's cache line, so that a rank that sees a tiny collective announced
+     * has its signature and its data in the same transfer between cores: two copies each, used
+     * by turns (sequence number parity) as for op and eager below. */
+    uint64_t tiny_sig[2];
+    char tiny[2][HCCL_SIM_TINY_BYTES];
     SIM_ALIGNED _Atomic uint32_t state;
     int32_t pid;
     uint64_t start_time;
@@ -87,6 +94,9 @@ typedef struct {
     SIM_ALIGNED op_desc_t op[2];
     SIM_ALIGNED char eager[2][HCCL_SIM_EAGER_BYTES];
 } slot_head_t;
+
+_Static_assert(offsetof(slot_head_t, tiny) + sizeof(((slot_head_t *)0)->tiny) <= SIM_CACHELINE,
+               "a tiny collective must fit in the progress word's cache line");
 
 /* Point-to-point channel from a sender to one receiver (in the sender's slot). */
 typedef struct {
@@ -240,6 +250,7 @@ struct op_task {
     /* execution state */
     bool started;
     bool streaming;         /* large: store around the caches */
+    bool tiny;              /* eager, and travels in the progress word's line */
     int phase;
     int64_t deadline_ns;
     uint64_t *item_seq;
