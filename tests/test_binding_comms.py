@@ -4,6 +4,7 @@ rank tables, and init_all driven from one thread with hcclpy.group()."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -381,6 +382,21 @@ def test_group_releases_calls_when_the_block_raises() -> None:
         s.close()
     for c in comms:
         c.destroy()
+
+
+def test_a_group_belongs_to_the_thread_that_opened_it() -> None:
+    from hcclpy import collectives
+
+    seen: List[Any] = []
+    with hcclpy.group():
+        with hcclpy.group():  # nested: still one group, until the outer block ends
+            other = threading.Thread(target=lambda: seen.append(("other thread", collectives.group_active())))
+            other.start()
+            other.join(timeout=10)
+            seen.append(("nested", collectives.group_active()))
+        seen.append(("outer", collectives.group_active()))
+    seen.append(("after", collectives.group_active()))
+    assert seen == [("other thread", False), ("nested", True), ("outer", True), ("after", False)]
 
 
 @pytest.mark.timeout(60)
