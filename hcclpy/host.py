@@ -14,7 +14,11 @@ ways (``HCCLPY_HOST_STAGING``):
   pageable memory returns only when it is done.
 * ``direct``: each chunk is copied straight from and to the array with synchronous copies,
   reduced in between while it is still in cache. The default on the simulator, where a device
-  copy is a host memcpy too: the pinned buffers would only add two passes.
+  copy is a host memcpy too: the pinned buffers would only add two passes. Two device chunks
+  are taken in turn: between two collectives a rank copies the chunk just done out and the next
+  one in, ranks of even number in that order and ranks of odd number the other way round, so
+  that while one rank reads host memory the other writes it (memory then serves both
+  directions at once, as for a collective on device arrays).
 
 The other operations copy the whole array in and out: in ``direct`` mode with synchronous copies,
 in ``pinned`` mode with copies queued on the staging stream (which, from pageable memory, return
@@ -87,6 +91,7 @@ class _Staging:
         # The scratch buffers are shared: calls from several threads take turns.
         self.lock = threading.Lock()
         self.pinned = staging_mode() == "pinned"
+        self.copy_out_first = comm.rank % 2 == 0  # direct mode's order of the copies between chunks
         self.stream: Stream = comm.device.create_stream()
         self._buffers: Dict[str, DeviceArray] = {}
         self._views: Dict[Tuple[str, int, DataType], DeviceArray] = {}
@@ -279,19 +284,25 @@ def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, 
     stream = staging.stream
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
-    # In place: one buffer, half the cache footprint of separate send and receive buffers.
+    # In place: each chunk in one buffer, half the cache footprint of separate send and receive
+    # buffers; a second buffer takes the next chunk in while this one's result is copied out.
     chunk = staging.buffer("send", min(step, count), dtype)
+    spare = staging.buffer("next", step, dtype) if count > step else None
+    out_first = staging.copy_out_first
+    if src is not None:
+        _copy_now(chunk._cptr, src, chunk.nbytes, _H2D)
     for start in range(0, count, step):
-        length = min(step, count - start)
-        if length != chunk._size:  # only the last chunk can be shorter
-            chunk = chunk[:length]
-        offset, nbytes = start * itemsize, length * itemsize
-        if src is not None:
-            _copy_now(chunk._cptr, src + offset, nbytes, _H2D)
         run(chunk, None, stream)
         stream.synchronize()  # before the copy out, and before the next chunk's copy in
-        if dst is not None:
-            _copy_now(dst + offset, chunk._cptr, nbytes, _D2H)
+        done, after = chunk, start + step
+        if after < count:  # the next chunk goes to the spare buffer; only the last can be shorter
+            chunk, spare = (spare if count - after >= step else spare[: count - after]), done
+        if out_first and dst is not None:
+            _copy_now(dst + start * itemsize, done._cptr, done.nbytes, _D2H)
+        if after < count and src is not None:
+            _copy_now(chunk._cptr, src + after * itemsize, chunk.nbytes, _H2D)
+        if not out_first and dst is not None:
+            _copy_now(dst + start * itemsize, done._cptr, done.nbytes, _D2H)
 
 
 def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:

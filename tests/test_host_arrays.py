@@ -361,9 +361,14 @@ def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str
             op_reduce(me, tag + "/reduce", dtype, shape, "contiguous", op, (d + 1) % size)
             staging = me.comm._host_state
             me.check(f"{tag} staging", staging.pinned == pinned, f"pinned is {staging.pinned}, expected {pinned}")
-            slots = ("send0", "send1") if pinned else ("send",)  # element-wise: in place, one buffer a slot
+            # Element-wise, in place: two chunks taken in turn; direct mode copies the chunk done out and
+            # the next one in, in opposite orders on neighbouring ranks (one reads host memory while the
+            # other writes it).
+            slots = ("send0", "send1") if pinned else ("next", "send")
             me.check(f"{tag} scratch", sorted(staging._buffers) == sorted(slots),
                      f"scratch buffers {sorted(staging._buffers)}, expected {sorted(slots)}")
+            me.check(f"{tag} copy order", staging.copy_out_first == (rank % 2 == 0),
+                     f"copy_out_first is {staging.copy_out_first} on rank {rank}")
             for slot, buf in staging._buffers.items():
                 me.check(f"{tag} {slot} scratch", buf.nbytes <= max(chunk, 1) * 2,
                          f"{buf.nbytes} bytes of scratch for chunks of {chunk} bytes: not chunked")
