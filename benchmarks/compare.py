@@ -6,7 +6,8 @@ reduce_scatter, broadcast and all_to_all, on 2 and 4 ranks, from 8 B to 64 MiB.
 Every stack is timed the same way: the wall time of a blocking call (for device arrays: the call
 and the stream synchronisation), in rounds of calls between barriers; the figure for a size is the
 median over rounds, then the maximum over ranks (the slowest rank decides when a collective is
-done). Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size
+done). The stacks one set of processes runs (hcclpy's device and NumPy paths; torch over hcclpy
+and over gloo) take turns round by round, so that a drift of the machine reaches them alike. Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size
 is the per-rank buffer for all_reduce and broadcast, the whole buffer for the others.
 
     python -m pip install mpi4py mpich matplotlib   # MPI (MPICH wheel) and the plot
@@ -48,25 +49,30 @@ STACKS = ("hcclpy-device", "hcclpy-numpy", "torch-hcclpy", "gloo", "mpi")
 # ----------------------------------------------------------------------------- timing
 
 
-def _time(call: Callable[[], Any], barrier: Callable[[], None], most: Callable[[int], int], budget: float,
-          rounds: int) -> float:
-    """Median seconds per call over ``rounds`` rounds of about ``budget`` seconds each. ``most``
-    returns the largest of the ranks' numbers: every rank must make the same number of calls."""
-    call()
-    call()
-    started = time.perf_counter()
-    call()
-    single = max(time.perf_counter() - started, 1e-7)
-    calls = most(max(3, min(5000, int(budget / single))))
-    samples = []
-    for timed in [False] + [True] * rounds:  # one untimed round first: caches, pages, both ranks in step
-        barrier()
+def _time(calls: List[Callable[[], Any]], barrier: Callable[[], None], most: Callable[[int], int], budget: float,
+          rounds: int) -> List[float]:
+    """Median seconds per call of each of ``calls`` (the stacks one process runs), over ``rounds``
+    rounds in which each call takes a turn of about ``budget`` seconds: the stacks are timed side
+    by side, so that the machine's drifts reach all of them alike. ``most`` returns the largest of
+    the ranks' numbers: every rank must make the same number of calls."""
+    counts = []
+    for call in calls:
+        call()
+        call()
         started = time.perf_counter()
-        for _ in range(calls):
-            call()
-        if timed:
-            samples.append((time.perf_counter() - started) / calls)
-    return statistics.median(samples)
+        call()
+        single = max(time.perf_counter() - started, 1e-7)
+        counts.append(most(max(3, min(5000, int(budget / single)))))
+    samples: List[List[float]] = [[] for _ in calls]
+    for timed in [False] + [True] * rounds:  # one untimed round first: caches, pages, both ranks in step
+        for call, count, mine in zip(calls, counts, samples):
+            barrier()
+            started = time.perf_counter()
+            for _ in range(count):
+                call()
+            if timed:
+                mine.append((time.perf_counter() - started) / count)
+    return [statistics.median(mine) for mine in samples]
 
 
 def _sizes(args: argparse.Namespace) -> List[int]:
@@ -122,8 +128,9 @@ def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
                 "reduce_scatter": lambda: comm.reduce_scatter(hs, out=hr),
                 "broadcast": lambda: comm.broadcast(hs, 0, out=hr),
                 "all_to_all": lambda: comm.all_to_all(hs, out=hr)}[operation]
-            out["hcclpy-device"][operation][nbytes] = _time(device_call, barrier, most, args.budget, args.rounds)
-            out["hcclpy-numpy"][operation][nbytes] = _time(host_call, barrier, most, args.budget, args.rounds)
+            device_time, host_time = _time([device_call, host_call], barrier, most, args.budget, args.rounds)
+            out["hcclpy-device"][operation][nbytes] = device_time
+            out["hcclpy-numpy"][operation][nbytes] = host_time
             ds.close()
             dr.close()
     stream.close()
@@ -150,6 +157,15 @@ def _torch_rank(args: argparse.Namespace) -> Dict[str, Any]:
         agreed = torch.tensor([value])
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=gloo)
         return int(agreed.item())
+
+    def call_of(operation: str, send_count: int, recv_count: int, group: Any) -> Callable[[], Any]:
+        t, o = torch.ones(send_count), torch.empty(recv_count)
+        return {
+            "all_reduce": lambda: dist.all_reduce(t, group=group),
+            "all_gather": lambda: dist.all_gather_into_tensor(o, t, group=group),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(o, t, group=group),
+            "broadcast": lambda: dist.broadcast(t, 0, group=group),
+            "all_to_all": lambda: dist.all_to_all_single(o, t, group=group)}[operation]
     out: Dict[str, Any] = {stack: {} for stack in groups}
     for operation in args.ops:
         for stack in groups:
@@ -158,15 +174,10 @@ def _torch_rank(args: argparse.Namespace) -> Dict[str, Any]:
             send_count, recv_count = _counts(operation, nbytes, n)
             if send_count == 0:
                 continue
-            for stack, group in groups.items():
-                t, o = torch.ones(send_count), torch.empty(recv_count)
-                call = {
-                    "all_reduce": lambda: dist.all_reduce(t, group=group),
-                    "all_gather": lambda: dist.all_gather_into_tensor(o, t, group=group),
-                    "reduce_scatter": lambda: dist.reduce_scatter_tensor(o, t, group=group),
-                    "broadcast": lambda: dist.broadcast(t, 0, group=group),
-                    "all_to_all": lambda: dist.all_to_all_single(o, t, group=group)}[operation]
-                out[stack][operation][nbytes] = _time(call, barrier, most, args.budget, args.rounds)
+            calls = [call_of(operation, send_count, recv_count, group) for group in groups.values()]
+            times = _time(calls, barrier, most, args.budget, args.rounds)
+            for stack, seconds in zip(groups, times):
+                out[stack][operation][nbytes] = seconds
     for stack in out:
         for operation in out[stack]:
             for nbytes, seconds in out[stack][operation].items():
@@ -197,8 +208,8 @@ def _mpi_rank(args: argparse.Namespace) -> Dict[str, Any]:
                 "reduce_scatter": lambda: world.Reduce_scatter_block(s, r),
                 "broadcast": lambda: world.Bcast(s, 0),
                 "all_to_all": lambda: world.Alltoall(s, r)}[operation]
-            seconds = _time(call, world.Barrier, lambda value: world.allreduce(value, op=MPI.MAX), args.budget,
-                            args.rounds)
+            seconds, = _time([call], world.Barrier, lambda value: world.allreduce(value, op=MPI.MAX), args.budget,
+                             args.rounds)
             out["mpi"][operation][nbytes] = world.allreduce(seconds, op=MPI.MAX)
     return out
 
