@@ -7,8 +7,9 @@ Every stack is timed the same way: the wall time of a blocking call (for device 
 and the stream synchronisation), in rounds of calls between barriers; the figure for a size is the
 median over rounds, then the maximum over ranks (the slowest rank decides when a collective is
 done). The stacks one set of processes runs (hcclpy's device and NumPy paths; torch over hcclpy
-and over gloo) take turns round by round, so that a drift of the machine reaches them alike. Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size
-is the per-rank buffer for all_reduce and broadcast, the whole buffer for the others.
+and over gloo) take turns round by round, so that a drift of the machine reaches them alike.
+Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size is the
+per-rank buffer for all_reduce and broadcast, the whole buffer for the others.
 
     python -m pip install mpi4py mpich matplotlib   # MPI (MPICH wheel) and the plot
     python benchmarks/compare.py                     # writes benchmarks/results/compare.{md,json,png}
