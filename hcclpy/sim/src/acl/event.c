@@ -135,9 +135,11 @@ static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, boo
     sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
     if (stream == NULL)
         return err;
-    event_task_t *task = calloc(1, sizeof *task);
+    /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
+    event_task_t *task = malloc(sizeof *task);
     if (task == NULL)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    *task = (event_task_t){0};
     task->base.run = run_record;
     task->base.cancel = cancel_record;
     task->base.release = release_event_task;
@@ -239,9 +241,11 @@ SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent h
     sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
     if (stream == NULL)
         return err;
-    wait_task_t *task = calloc(1, sizeof *task);
+    /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
+    wait_task_t *task = malloc(sizeof *task);
     if (task == NULL)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    *task = (wait_task_t){0};
     task->base.run = run_wait;
     task->base.release = release_wait;
     task->base.name = "wait event";

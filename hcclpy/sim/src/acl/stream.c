@@ -547,9 +547,11 @@ static void free_task(sim_task_t *task)
 static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t *, int64_t), void *dst,
                                     const void *src, size_t count, int value, bool wait, bool streaming)
 {
-    copy_task_t *task = calloc(1, sizeof *task);
+    /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
+    copy_task_t *task = malloc(sizeof *task);
     if (task == NULL)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    *task = (copy_task_t){0};
     task->base.run = run;
     task->base.release = free_task;
     task->base.name = run == run_copy ? "memcpy" : "memset";
