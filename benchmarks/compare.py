@@ -6,8 +6,10 @@ reduce_scatter, broadcast and all_to_all, on 2 and 4 ranks, from 8 B to 64 MiB.
 Every stack is timed the same way: the wall time of a blocking call (for device arrays: the call
 and the stream synchronisation), in rounds of calls between barriers; the figure for a size is the
 median over rounds, then the maximum over ranks (the slowest rank decides when a collective is
-done). The stacks one set of processes runs (hcclpy's device and NumPy paths; torch over hcclpy
-and over gloo) take turns round by round, so that a drift of the machine reaches them alike.
+done). The stacks one set of processes runs take turns round by round, so that a drift of the
+machine reaches them alike: hcclpy's device and NumPy paths, with MPI when mpi4py and mpiexec are
+there (mpiexec then launches the hcclpy ranks, which run MPI's calls on the NumPy path's arrays);
+torch over hcclpy and over gloo.
 Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size is the
 per-rank buffer for all_reduce and broadcast, the whole buffer for the others.
 
@@ -95,17 +97,35 @@ def _counts(operation: str, nbytes: int, n: int, itemsize: int = 4) -> Tuple[int
 # ------------------------------------------------------------------------ rank programs
 
 
+def _mpi_call(world: Any, operation: str, send: Any, recv: Any) -> Callable[[], Any]:
+    """One blocking MPI collective on NumPy arrays, in nccl-tests' terms for ``operation``."""
+    return {
+        "all_reduce": lambda: world.Allreduce(send, recv),
+        "all_gather": lambda: world.Allgather(send, recv),
+        "reduce_scatter": lambda: world.Reduce_scatter_block(send, recv),
+        "broadcast": lambda: world.Bcast(send, 0),
+        "all_to_all": lambda: world.Alltoall(send, recv)}[operation]
+
+
 def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
-    """hcclpy-device and hcclpy-numpy in the same processes, one after the other per size."""
+    """hcclpy-device and hcclpy-numpy in the same processes, taking turns round by round; with
+    ``--with-mpi`` (launched by mpiexec) MPI too, on the NumPy arrays of the NumPy path."""
     import numpy as np
 
     import hcclpy
 
-    comm = hcclpy.init()
+    world = None
+    if args.with_mpi:
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+    comm = hcclpy.init(mpi_comm=world) if world is not None else hcclpy.init()
     n, stream = comm.size, comm.device.create_stream()
     barrier = lambda: comm.barrier(stream=stream) or stream.synchronize()  # noqa: E731
     most = lambda value: int(comm.all_reduce(np.array([value]), op="max")[0])  # noqa: E731
     out: Dict[str, Any] = {"hcclpy-device": {}, "hcclpy-numpy": {}}
+    if world is not None:
+        out["mpi"] = {}
     for operation in args.ops:
         for stack in out:
             out[stack][operation] = {}
@@ -129,9 +149,9 @@ def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
                 "reduce_scatter": lambda: comm.reduce_scatter(hs, out=hr),
                 "broadcast": lambda: comm.broadcast(hs, 0, out=hr),
                 "all_to_all": lambda: comm.all_to_all(hs, out=hr)}[operation]
-            device_time, host_time = _time([device_call, host_call], barrier, most, args.budget, args.rounds)
-            out["hcclpy-device"][operation][nbytes] = device_time
-            out["hcclpy-numpy"][operation][nbytes] = host_time
+            calls = [device_call, host_call] + ([_mpi_call(world, operation, hs, hr)] if world is not None else [])
+            for stack, seconds in zip(out, _time(calls, barrier, most, args.budget, args.rounds)):
+                out[stack][operation][nbytes] = seconds
             ds.close()
             dr.close()
     stream.close()
@@ -202,13 +222,7 @@ def _mpi_rank(args: argparse.Namespace) -> Dict[str, Any]:
             send_count, recv_count = _counts(operation, nbytes, n)
             if send_count == 0:
                 continue
-            s, r = np.ones(send_count, np.float32), np.empty(recv_count, np.float32)
-            call = {
-                "all_reduce": lambda: world.Allreduce(s, r),
-                "all_gather": lambda: world.Allgather(s, r),
-                "reduce_scatter": lambda: world.Reduce_scatter_block(s, r),
-                "broadcast": lambda: world.Bcast(s, 0),
-                "all_to_all": lambda: world.Alltoall(s, r)}[operation]
+            call = _mpi_call(world, operation, np.ones(send_count, np.float32), np.empty(recv_count, np.float32))
             seconds, = _time([call], world.Barrier, lambda value: world.allreduce(value, op=MPI.MAX), args.budget,
                              args.rounds)
             out["mpi"][operation][nbytes] = world.allreduce(seconds, op=MPI.MAX)
@@ -245,12 +259,15 @@ def memcpy_bandwidth() -> float:
     return a.nbytes / statistics.median(samples) / 1e9
 
 
-def _launch(program: str, ranks: int, args: argparse.Namespace, result: Path) -> Tuple[bool, str]:
+def _launch(program: str, ranks: int, args: argparse.Namespace, result: Path,
+            with_mpi: bool = False) -> Tuple[bool, str]:
     passed = ["--rank-program", program, "--result", str(result), "--budget", str(args.budget), "--rounds",
               str(args.rounds), "--max-bytes", str(args.max_bytes), "--ops", *args.ops]
+    if with_mpi:
+        passed.append("--with-mpi")
     script = str(Path(__file__).resolve())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])))
-    if program == "mpi":
+    if program == "mpi" or with_mpi:
         mpiexec = shutil.which("mpiexec")
         if mpiexec is None:
             return False, "no mpiexec on PATH (pip install mpi4py mpich)"
@@ -379,6 +396,9 @@ def driver(args: argparse.Namespace) -> int:
     memcpy = memcpy_bandwidth()
     data: Dict[str, Any] = {}
     notes: List[str] = []
+    # MPI is timed in the hcclpy ranks, round by round with hcclpy's stacks, when it can run: two
+    # launches can land in different phases of a machine whose speed drifts.
+    paired = {"hcclpy", "mpi"} <= set(args.programs) and _available("mpi") is None and shutil.which("mpiexec")
     with tempfile.TemporaryDirectory() as scratch:
         for ranks in args.ranks:
             data[str(ranks)] = {}
@@ -387,9 +407,12 @@ def driver(args: argparse.Namespace) -> int:
                 if why:
                     notes.append(f"{program} left out: {why}")
                     continue
+                if program == "mpi" and paired:
+                    continue
                 result = Path(scratch) / f"{program}-{ranks}.json"
-                print(f"# {ranks} ranks: {program} ...", file=sys.stderr, flush=True)
-                ok, why = _launch(program, ranks, args, result)
+                print(f"# {ranks} ranks: {program}{' and mpi' if paired and program == 'hcclpy' else ''} ...",
+                      file=sys.stderr, flush=True)
+                ok, why = _launch(program, ranks, args, result, with_mpi=bool(paired) and program == "hcclpy")
                 if not ok:
                     notes.append(f"{program} on {ranks} ranks failed: {why}")
                     continue
@@ -424,6 +447,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds each stack may take")
     parser.add_argument("--rank-program", choices=sorted(RANK_PROGRAMS), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--with-mpi", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.out is None:
         narrowing = ("ranks", "ops", "programs", "max_bytes")

@@ -40,6 +40,33 @@ def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
         assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.timeout(300)
+def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
+    """With mpi4py and mpiexec there, MPI takes its turns in the hcclpy ranks (one launch, by
+    mpiexec), round by round with hcclpy's device and NumPy paths."""
+    pytest.importorskip("mpi4py")
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare.py"), "--ranks", "2", "--ops",
+                             "all_reduce", "broadcast", "--programs", "hcclpy", "mpi", "--max-bytes", "64",
+                             "--budget", "0.002", "--rounds", "1", "--out", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# 2 ranks: hcclpy and mpi ..." in result.stderr and "# 2 ranks: mpi ..." not in result.stderr
+    seconds = json.loads((tmp_path / "compare.json").read_text())["seconds"]["2"]
+    assert set(seconds) == {"hcclpy-device", "hcclpy-numpy", "mpi"}
+    for stack in seconds.values():
+        assert set(stack) == {"all_reduce", "broadcast"}
+        assert all(set(sizes) == {"8", "64"} and all(t > 0 for t in sizes.values()) for sizes in stack.values())
+    assert "8-byte all_reduce, call + stream sync:" in (tmp_path / "compare.md").read_text()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced"])
+def test_count_instructions_loops_run(loop: str) -> None:
+    """The loops count_instructions.py runs under callgrind (valgrind itself is not needed here)."""
+    _run("count_instructions.py", "--loop", loop, "--calls", "50", timeout=100)
+
+
 @pytest.mark.timeout(240)
 def test_overhead_times_every_operation(tmp_path: Any) -> None:
     """overhead.py pairs each hcclpy call with its raw cffi call, sends and receives included (rank
