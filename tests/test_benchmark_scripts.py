@@ -60,6 +60,28 @@ def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     assert "8-byte all_reduce, call + stream sync:" in (tmp_path / "compare.md").read_text()
 
 
+@pytest.mark.timeout(300)
+def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
+    """An mpiexec that cannot start the ranks costs MPI's column only: hcclpy's stacks run again
+    under ``hcclpy run`` and the report says what happened."""
+    pytest.importorskip("mpi4py")
+    fake = tmp_path / "bin" / "mpiexec"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'mpiexec: no process manager here' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env["PATH"] = f"{fake.parent}{os.pathsep}{env['PATH']}"
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare.py"), "--ranks", "2", "--ops",
+                             "all_reduce", "--programs", "mpi", "hcclpy", "--max-bytes", "8", "--budget", "0.002",
+                             "--rounds", "1", "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(json.loads((out / "compare.json").read_text())["seconds"]["2"]) == {"hcclpy-device", "hcclpy-numpy"}
+    report = (out / "compare.md").read_text()
+    assert "hcclpy with mpi on 2 ranks failed, so they ran apart: mpiexec: no process manager here" in report
+    assert "mpi on 2 ranks failed: mpiexec: no process manager here" in report
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced"])
 def test_count_instructions_loops_run(loop: str) -> None:
