@@ -83,9 +83,11 @@ def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced"])
+@pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced", "mpi4py-empty", "mpi4py"])
 def test_count_instructions_loops_run(loop: str) -> None:
     """The loops count_instructions.py runs under callgrind (valgrind itself is not needed here)."""
+    if loop.startswith("mpi4py"):
+        pytest.importorskip("mpi4py")
     _run("count_instructions.py", "--loop", loop, "--calls", "50", timeout=100)
 
 
