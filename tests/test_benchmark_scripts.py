@@ -17,12 +17,19 @@ REPO = Path(__file__).resolve().parent.parent
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HCCLPY_LAUNCHER")
 
 
-def _run(script: str, *args: str, timeout: float = 200) -> str:
+def _completed(script: str, *args: str, timeout: float = 200, path: str = "") -> "subprocess.CompletedProcess[str]":
+    """A benchmark script run to its end with exit status 0 (``path``: directories put first on PATH)."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    if path:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
                             env=env, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return result
+
+
+def _run(script: str, *args: str, timeout: float = 200) -> str:
+    return _completed(script, *args, timeout=timeout).stdout
 
 
 @pytest.mark.timeout(300)
@@ -45,12 +52,8 @@ def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     """With mpi4py and mpiexec there, MPI takes its turns in the hcclpy ranks (one launch, by
     mpiexec), round by round with hcclpy's device and NumPy paths."""
     pytest.importorskip("mpi4py")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare.py"), "--ranks", "2", "--ops",
-                             "all_reduce", "broadcast", "--programs", "hcclpy", "mpi", "--max-bytes", "64",
-                             "--budget", "0.002", "--rounds", "1", "--out", str(tmp_path)],
-                            capture_output=True, text=True, env=env, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = _completed("compare.py", "--ranks", "2", "--ops", "all_reduce", "broadcast", "--programs", "hcclpy", "mpi",
+                        "--max-bytes", "64", "--budget", "0.002", "--rounds", "1", "--out", str(tmp_path), timeout=240)
     assert "# 2 ranks: hcclpy and mpi ..." in result.stderr and "# 2 ranks: mpi ..." not in result.stderr
     seconds = json.loads((tmp_path / "compare.json").read_text())["seconds"]["2"]
     assert set(seconds) == {"hcclpy-device", "hcclpy-numpy", "mpi"}
@@ -69,13 +72,9 @@ def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'mpiexec: no process manager here' >&2\nexit 3\n")
     fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    env["PATH"] = f"{fake.parent}{os.pathsep}{env['PATH']}"
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare.py"), "--ranks", "2", "--ops",
-                             "all_reduce", "--programs", "mpi", "hcclpy", "--max-bytes", "8", "--budget", "0.002",
-                             "--rounds", "1", "--out", str(out)], capture_output=True, text=True, env=env, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _completed("compare.py", "--ranks", "2", "--ops", "all_reduce", "--programs", "mpi", "hcclpy", "--max-bytes", "8",
+               "--budget", "0.002", "--rounds", "1", "--out", str(out), timeout=240, path=str(fake.parent))
     assert set(json.loads((out / "compare.json").read_text())["seconds"]["2"]) == {"hcclpy-device", "hcclpy-numpy"}
     report = (out / "compare.md").read_text()
     assert "hcclpy with mpi on 2 ranks failed, so they ran apart: mpiexec: no process manager here" in report
