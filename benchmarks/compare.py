@@ -361,6 +361,7 @@ def plot(data: Dict[str, Any], path: Path) -> Optional[str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator
     except ImportError:
         return "no plot: matplotlib is not installed"
     rank_counts = sorted(data, key=int)
@@ -376,6 +377,9 @@ def plot(data: Dict[str, Any], path: Path) -> Optional[str]:
                     axes.plot(xs, [busbw(operation, x, points[str(x)], int(ranks_key)) for x in xs], marker=".",
                               label=stack)
             axes.set_xscale("log", base=2)
+            axes.xaxis.set_major_locator(LogLocator(base=16))  # 16 B, 256 B, 4 KiB, ...
+            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human(int(value))))
+            axes.tick_params(axis="x", labelsize=7)
             axes.set_yscale("log")
             axes.set_title(f"{operation}, {ranks_key} ranks", fontsize=9)
             axes.grid(True, which="both", alpha=0.3)

@@ -33,16 +33,10 @@ from typing import List
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
+from hcclpy._units import format_bytes as human  # noqa: E402  (8 B, 4 KiB, 64 MiB)
 from hcclpy.cli._numbers import byte_size  # noqa: E402  (sizes as the CLI takes them: 8, 64K, 2M)
 
 TARGET_RATIO = 1.5  # numpy path / device path at the largest size (project issue)
-
-
-def human(nbytes: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= size:
-            return f"{nbytes // size} {unit}"
-    return f"{nbytes} B"
 
 
 def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str, compared: str) -> argparse.Namespace:

@@ -31,15 +31,9 @@ SOURCE = HERE / "sim_allreduce.c"
 # Run from a checkout without installing: the repository root holds the hcclpy package.
 sys.path.insert(0, str(HERE.parent))
 
+from hcclpy._units import format_bytes  # noqa: E402  (8 B, 4 KiB, 64 MiB)
+
 COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "wrong", "e2e", "iters")
-
-
-def human_size(n: int) -> str:
-    """Return ``n`` bytes as ``8 B``, ``4 KiB``, ``64 MiB``... (exact powers only)."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def compile_benchmark(tree: Path, outdir: Path, cc: Sequence[str]) -> Path:
@@ -120,7 +114,7 @@ def markdown(rows: Sequence[Dict[str, str]]) -> str:
     ]
     for r in rows:
         out.append(
-            f"| {human_size(int(r['size']))} | {r['count']} | {r['type']} | {r['redop']} | {r['time']} "
+            f"| {format_bytes(int(r['size']))} | {r['count']} | {r['type']} | {r['redop']} | {r['time']} "
             f"| {r['algbw']} | {r['busbw']} | {r['wrong']} | {r['e2e']} | {r['iters']} |"
         )
     return "\n".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_bytes"]
+__all__ = ["format_bytes", "parse_bytes"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # A number, an optional unit (K, KB or KiB, ...) or a bare B; any case.
@@ -27,3 +27,11 @@ def parse_bytes(text: str) -> int:
         if value.is_integer():
             return int(value)
     raise ValueError(f"{text!r} is not a whole number of bytes (digits, optionally with a K, M or G suffix)")
+
+
+def format_bytes(nbytes: int) -> str:
+    """``nbytes`` in the largest unit that holds it whole: ``8 B``, ``4 KiB``, ``64 MiB``, ``1536 B``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size} {unit}"
+    return f"{nbytes} B"

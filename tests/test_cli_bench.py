@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import hcclpy
 import ranks
-from hcclpy._units import parse_bytes
+from hcclpy._units import format_bytes, parse_bytes
 from hcclpy.bench.cases import OPERATIONS, make_case
 from hcclpy.bench.measure import iterations, sizes
 from hcclpy.types import DataType, ReduceOp
@@ -117,6 +117,17 @@ def test_sizes_are_read_as_the_cli_the_benchmarks_and_the_environment_take_them(
     assert parse_bytes(f"{number}{unit}") == number * scale
     if scale > 1:  # a fraction, where the bytes come out whole
         assert parse_bytes(f"{number}.5{unit}") == number * scale + scale // 2
+
+
+@given(nbytes=st.integers(0, 1 << 42) | st.integers(0, 42).map(lambda power: 1 << power))
+def test_sizes_are_written_in_the_largest_whole_unit_and_read_back(nbytes: int) -> None:
+    unit_bytes = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    text = format_bytes(nbytes)
+    assert parse_bytes(text) == nbytes
+    number, unit = text.split(" ")
+    assert int(number) * unit_bytes[unit] == nbytes
+    larger = [size for size in unit_bytes.values() if size > unit_bytes[unit]]
+    assert all(nbytes < size or nbytes % size for size in larger), text
 
 
 @pytest.mark.parametrize("text", ["", "K", "-1", "-1K", "1e3", "0.1K", "1.5", "nanM", "infG", "2X", "2iB", "1 K B"])

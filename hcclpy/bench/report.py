@@ -6,6 +6,7 @@ import csv
 import json
 from typing import Any, Dict, List, Optional, TextIO
 
+from .._units import format_bytes
 from .measure import Result, Row
 
 __all__ = ["average_busbw", "hccl_test_table", "table", "write_csv", "write_json", "write_plot"]
@@ -89,6 +90,7 @@ def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, NullFormatter
     except ImportError:
         raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
     figure, (bandwidth, latency) = plt.subplots(1, 2, figsize=(11, 4))
@@ -101,11 +103,14 @@ def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
         latency.plot([p[0] for p in points], [p[1].time_us for p in points], marker="o", label=label)
     for axes, title in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time per call (us)")):
         axes.set_xscale("log", base=2)
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(int(value))))
+        axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 0.01, 1, 100
+        axes.yaxis.set_minor_formatter(NullFormatter())
         axes.set_xlabel("size (bytes)")
         axes.set_title(title)
         axes.grid(True, which="both", alpha=0.3)
         axes.legend()
-    latency.set_yscale("log")
     figure.suptitle(f"hcclpy bench {meta['operation']}, {meta['nranks']} ranks, {meta['type']}, "
                     f"backend {meta['backend']}")
     figure.tight_layout()
