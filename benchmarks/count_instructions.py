@@ -32,6 +32,7 @@ LOOPS = [
     ("raw", "raw cffi: HcclAllReduce + aclrtSynchronizeStream, arguments cast beforehand", {}, "empty"),
     ("hcclpy", "hcclpy: comm.all_reduce(x, y, stream=s) + s.synchronize()", {}, "empty"),
     ("hcclpy-untraced", "the same with the flight recorder off (HCCLPY_TRACE=0)", {"HCCLPY_TRACE": "0"}, "empty"),
+    ("hcclpy-numpy", "hcclpy on NumPy arrays: comm.all_reduce(a, out=b), staged through the device", {}, "empty"),
     ("mpi4py-empty", "nothing, with MPI initialised instead of hcclpy (the MPI baseline)", {}, ""),
     ("mpi4py", "mpi4py: comm.Allreduce(x, y) on NumPy arrays, MPI's world of one process", {}, "mpi4py-empty"),
 ]
@@ -64,8 +65,12 @@ def run_loop(name: str, calls: int) -> None:
     import hcclpy
     from hcclpy import _ffi
 
+    import numpy as np
+
     comm = hcclpy.init(rank=0, world_size=1)
     stream = comm.device.create_stream()
+    a, b = np.ones(2, np.float32), np.empty(2, np.float32)
+    comm.all_reduce(a, out=b)  # the staging buffers, made once
     x, y = (hcclpy.empty(2, "float32", device=comm.device) for _ in range(2))
     all_reduce, synchronize = comm.all_reduce, stream.synchronize
     c_all_reduce, c_synchronize = _ffi.api().HcclAllReduce, _ffi.api().aclrtSynchronizeStream
@@ -74,6 +79,9 @@ def run_loop(name: str, calls: int) -> None:
         for _ in range(calls):
             c_all_reduce(cx, cy, 2, 4, 0, handle, c_stream)
             c_synchronize(c_stream)
+    elif name == "hcclpy-numpy":
+        for _ in range(calls):
+            all_reduce(a, out=b)
     elif name.startswith("hcclpy"):
         for _ in range(calls):
             all_reduce(x, y, stream=stream)

@@ -82,7 +82,8 @@ def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced", "mpi4py-empty", "mpi4py"])
+@pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced", "hcclpy-numpy", "mpi4py-empty",
+                                  "mpi4py"])
 def test_count_instructions_loops_run(loop: str) -> None:
     """The loops count_instructions.py runs under callgrind (valgrind itself is not needed here)."""
     if loop.startswith("mpi4py"):
