@@ -119,7 +119,7 @@ def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
-    comm = hcclpy.init(mpi_comm=world) if world is not None else hcclpy.init()
+    comm = hcclpy.init(mpi_comm=world)  # None: the launcher's environment, as hcclpy run sets it
     n, stream = comm.size, comm.device.create_stream()
     barrier = lambda: comm.barrier(stream=stream) or stream.synchronize()  # noqa: E731
     most = lambda value: int(comm.all_reduce(np.array([value]), op="max")[0])  # noqa: E731
