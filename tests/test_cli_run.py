@@ -181,7 +181,10 @@ def test_no_python_runs_a_program():
 
 
 def test_no_prefix_passes_output_through(tmp_path):
-    result = hcclpy_run("-n", "2", "--no-prefix", script(tmp_path, "import os\nprint('plain', os.environ['RANK'])\n"))
+    # One write per line: passed through, the ranks' writes reach the pipe as they come, and
+    # print('plain', rank) is several writes under PYTHONUNBUFFERED, which the other rank's can split.
+    body = "import os, sys\nsys.stdout.write(f\"plain {os.environ['RANK']}\\n\")\n"
+    result = hcclpy_run("-n", "2", "--no-prefix", script(tmp_path, body))
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["plain 0", "plain 1"]
 

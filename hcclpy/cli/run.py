@@ -20,8 +20,10 @@ job started inside an allocation sees only the ranks this launcher gives it.
 
 Output: each line a rank prints is shown prefixed with ``[rank] `` (stdout to stdout, stderr to
 stderr, a line at a time; bytes that are not UTF-8 are replaced, never fatal); ``--no-prefix``
-passes the ranks' output through untouched. ``PYTHONUNBUFFERED=1`` is set unless already set, so
-lines show up when they are printed.
+passes the ranks' output through untouched, each rank writing straight to the launcher's
+stdout and stderr, so a line a rank writes in pieces (``print(a, b)`` is several writes) can be
+split by another rank's. ``PYTHONUNBUFFERED=1`` is set unless already set, so lines show up when
+they are printed.
 
 Ending: the launcher exits with 0 when every rank does. When a rank exits with a non-zero code or
 is killed, the others are stopped (SIGTERM to each rank's process group, SIGKILL after
