@@ -36,7 +36,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from . import _ffi, collectives
 from ._comm_core import CommCore
 from ._units import parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
+from .errors import AclError
 from .types import DataType, ReduceOp, as_datatype
 
 __all__ = [
@@ -84,12 +85,25 @@ def staging_mode() -> str:
     return mode
 
 
+def _size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to one of 8 steps per power of two: sizes that grow a little at a
+    time reallocate rarely, and at most an eighth of a buffer is never used."""
+    nbytes = max(nbytes, 1)
+    step = 1 << max((nbytes - 1).bit_length() - 4, 0)
+    return -(-nbytes // step) * step
+
+
 class _Staging:
-    """A communicator's stream and scratch buffers for host arrays."""
+    """A communicator's stream and scratch buffers for host arrays.
+
+    A call uses it as :func:`_locked_staging` hands it out, locked, in a ``with`` block, which
+    unlocks it."""
 
     def __init__(self, comm: CommCore) -> None:
         # The scratch buffers are shared: calls from several threads take turns.
         self.lock = threading.Lock()
+        self.closed = False
+        self.in_use: Set[str] = set()  # the scratch slots the call holding the lock has taken
         self.pinned = staging_mode() == "pinned"
         self.copy_out_first = comm.rank % 2 == 0  # direct mode's order of the copies between chunks
         self.stream: Stream = comm.device.create_stream()
@@ -102,7 +116,11 @@ class _Staging:
         self.events = [self._device.create_event(timing=False) for _ in range(2)] if self.pinned else []
 
     def buffer(self, slot: str, count: int, dtype: DataType) -> DeviceArray:
-        """``count`` elements of scratch named ``slot`` (reused; grown to a power of two)."""
+        """``count`` elements of scratch named ``slot`` (reused; grown in steps of at most an eighth).
+
+        When the device has no room for a larger buffer, the scratch of the slots the call holding
+        the staging has not used is given back, and the allocation tried once more at the exact size."""
+        self.in_use.add(slot)
         key = (slot, count, dtype)
         view = self._views.get(key)
         if view is not None:  # jobs repeat their sizes: most calls end here
@@ -113,7 +131,14 @@ class _Staging:
             if current is not None:
                 current.close()
                 self._views = {k: v for k, v in self._views.items() if k[0] != slot}
-            current = empty(1 << (nbytes - 1).bit_length(), "uint8", device=self._device)
+                del self._buffers[slot]
+            try:
+                current = empty(_size_class(nbytes), "uint8", device=self._device)
+            except AclError:  # no room: give back the scratch this call does not use, ask for the exact size
+                for name in [name for name in self._buffers if name not in self.in_use]:
+                    self._buffers.pop(name).close()
+                self._views = {k: v for k, v in self._views.items() if k[0] in self._buffers}
+                current = empty(nbytes, "uint8", device=self._device)
             self._buffers[slot] = current
         if len(self._views) >= 64:
             self._views.clear()
@@ -122,16 +147,23 @@ class _Staging:
 
     def host(self, slot: int, nbytes: int) -> Any:
         """A C pointer to ``nbytes`` of pinned host memory in buffer ``slot`` (0 or 1; reused, grown
-        to a power of two)."""
+        in steps of at most an eighth)."""
         current = self._host[slot]
         if current is None or current[0].nbytes < nbytes:
             self._host[slot] = None  # the old buffer goes before the new one is allocated
             with self._device:  # made current, as for the device buffers and events
-                array = pinned_empty(1 << (max(nbytes, 1) - 1).bit_length(), "uint8")
+                array = pinned_empty(_size_class(nbytes), "uint8")
             current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
         return current[1]
 
+    def __enter__(self) -> "_Staging":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.lock.release()
+
     def close(self) -> None:
+        self.closed = True
         self._views.clear()
         for buf in self._buffers.values():
             buf.close()
@@ -140,6 +172,18 @@ class _Staging:
         for event in self.events:
             event.close()
         self.stream.close()
+
+
+def _locked_staging(comm: CommCore) -> _Staging:
+    """The communicator's staging with its lock taken, for a ``with`` block that releases it. One
+    that :func:`release` closed while this thread waited for the lock is replaced by a new one."""
+    while True:
+        staging = _staging(comm)
+        staging.lock.acquire()
+        if not staging.closed:
+            staging.in_use.clear()
+            return staging
+        staging.lock.release()
 
 
 def _staging(comm: CommCore) -> _Staging:
@@ -189,9 +233,11 @@ def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
     return array, as_datatype(array.dtype, argument=argument + ".dtype")
 
 
-def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out") -> np.ndarray:
+def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out",
+            zeroed: bool = False) -> np.ndarray:
+    """``out``, checked to hold the result; or a new array (of zeros when ``zeroed``)."""
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return (np.zeros if zeroed else np.empty)(shape, dtype=dtype)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{argument} must be a numpy.ndarray or None, got {type(out).__name__}")
     if out.dtype != dtype:
@@ -275,8 +321,7 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     """Stage ``count`` elements through the device in chunks: copy from ``src`` in, ``run(chunk,
     None, stream)`` on the device (in place on the chunk), copy the chunk out to ``dst`` (C pointers
     to host memory; either may be None on ranks that lack it)."""
-    staging = _staging(comm)
-    with staging.lock:
+    with _locked_staging(comm) as staging:
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
 
 
@@ -354,22 +399,41 @@ def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: Dat
 
 def _copy_pieces(staging: _Staging, device: Any, pieces: Any, nbytes: int, kind: int) -> None:
     """Copy between device memory at ``device`` and pageable host memory given as one C pointer or
-    as a list of ``(pointer, nbytes)`` pieces that lie back to back in the device buffer."""
+    as a list of ``(pointer, nbytes)`` pieces that lie back to back in the device buffer (a piece
+    whose pointer is None is skipped)."""
     if not isinstance(pieces, list):
         _copy_pageable(staging, *((device, pieces) if kind == _H2D else (pieces, device)), nbytes, kind)
         return
     at = _ffi.cast("char *", device)
     for pointer, size in pieces:
-        _copy_pageable(staging, *((at, pointer) if kind == _H2D else (pointer, at)), size, kind)
+        if pointer is not None:
+            _copy_pageable(staging, *((at, pointer) if kind == _H2D else (pointer, at)), size, kind)
         at += size
+
+
+def _blocks_only(result: np.ndarray, counts: Sequence[int], displs: Optional[Sequence[int]]) -> Any:
+    """Where the blocks of an uneven result lie in ``result`` (flat), for :func:`_copy_pieces`: with
+    displacements, the gaps between blocks are pieces to skip, so that they keep what ``result``
+    held, as on device buffers; packed blocks fill ``result`` whole."""
+    destination = _destination(result)
+    if displs is None:
+        return destination
+    itemsize, pieces, at = result.itemsize, [], 0
+    for start, count in sorted((d, c) for c, d in zip(counts, displs) if c):
+        if start > at:
+            pieces.append((None, (start - at) * itemsize))
+            at = start
+        if start + count > at:
+            pieces.append((destination + at * itemsize, (start + count - at) * itemsize))
+            at = start + count
+    return pieces
 
 
 def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int, dtype: DataType,
            run: Any) -> None:
     """Stage a whole operation through the device: copy from ``src`` in, ``run(send, recv, stream)``,
     copy out to ``dst`` (host memory as for :func:`_copy_pieces`, or None)."""
-    staging = _staging(comm)
-    with staging.lock:
+    with _locked_staging(comm) as staging:
         stream = staging.stream
         send = staging.buffer("send", send_count, dtype)
         recv = staging.buffer("recv", recv_count, dtype)
@@ -384,8 +448,7 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
 def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
     """Sends and receives of host memory at once: ``(kind, pointer, count, dtype, peer)`` items
     (already checked); received data is written to its pointer."""
-    staging = _staging(comm)
-    with staging.lock:
+    with _locked_staging(comm) as staging:
         _post(staging, comm, items)
 
 
@@ -536,11 +599,12 @@ def scatter(comm: CommCore, array: Optional[np.ndarray], out: Optional[np.ndarra
 
 def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], out: Optional[np.ndarray] = None,
                  recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements."""
+    """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements.
+    With displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
-    result = _output(out, (total,), source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
+    result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
+    _whole(comm, _source(source), source.size, _blocks_only(result, recv_counts, recv_displs), total, dtype,
            lambda s, r, stream: collectives.all_gather_v(comm, s, r, recv_counts, recv_displs, stream=stream))
     return result
 
@@ -562,11 +626,12 @@ def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[in
 def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], recv_counts: Sequence[int],
                  out: Optional[np.ndarray] = None, send_displs: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`)."""
+    """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`). With
+    receive displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
-    result = _output(out, (total,), source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
+    result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
+    _whole(comm, _source(source), source.size, _blocks_only(result, recv_counts, recv_displs), total, dtype,
            lambda s, r, stream: collectives.all_to_all_v(comm, s, r, send_counts, recv_counts, send_displs,
                                                          recv_displs, stream=stream))
     return result
@@ -627,8 +692,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
 
 def barrier(comm: CommCore) -> None:
     """Block until every rank has reached the barrier."""
-    staging = _staging(comm)
-    with staging.lock:
+    with _locked_staging(comm) as staging:
         collectives.barrier(comm, stream=staging.stream)
         staging.stream.synchronize()
 

@@ -62,11 +62,14 @@ _BY_NAME: Dict[str, DataType] = {
     "int8": DataType.INT8, "int16": DataType.INT16, "int32": DataType.INT32, "int64": DataType.INT64,
     "uint8": DataType.UINT8, "uint16": DataType.UINT16, "uint32": DataType.UINT32, "uint64": DataType.UINT64,
     "float16": DataType.FP16, "half": DataType.FP16, "fp16": DataType.FP16,
-    "float32": DataType.FP32, "float": DataType.FP32, "fp32": DataType.FP32,
+    "float32": DataType.FP32, "fp32": DataType.FP32,
     "float64": DataType.FP64, "double": DataType.FP64, "fp64": DataType.FP64,
     "bfloat16": DataType.BFP16, "bf16": DataType.BFP16, "bfp16": DataType.BFP16,
-    "short": DataType.INT16, "int": DataType.INT32, "long": DataType.INT64,
+    "short": DataType.INT16, "long": DataType.INT64,
 }
+
+# Names whose size NumPy and torch disagree on: refused rather than guessed.
+_AMBIGUOUS_NAMES = {"float": "float32 in torch, float64 in NumPy", "int": "int32 in torch, int64 in NumPy"}
 
 
 # dtype objects resolved before: NumPy spells a dtype's name in Python code slower than the rest
@@ -97,6 +100,9 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
             pass
     else:
         name = _name_of(value)
+        if name in _AMBIGUOUS_NAMES:
+            raise TypeError(f"{argument}={value!r} is ambiguous ({_AMBIGUOUS_NAMES[name]}): name the size, "
+                            f"such as {name + '32'!r} or {name + '64'!r}")
         if name is not None and name in _BY_NAME:
             _refuse_foreign_byte_order(value, argument)
             if hashable:
@@ -123,14 +129,16 @@ def _refuse_foreign_byte_order(value: Any, argument: str) -> None:
 
 
 def _name_of(value: Any) -> Optional[str]:
+    """The type's name as ``_BY_NAME`` spells it, if it has one: names as they are, NumPy type
+    codes (``"f4"``, ``"<i8"``) and dtype-likes through ``np.dtype``."""
     text = value.lower() if isinstance(value, str) else str(value)
     if text.startswith("torch."):  # a torch.dtype (or its name), without importing torch
         return text[len("torch."):]
-    if isinstance(value, str):
+    if isinstance(value, str) and (text in _BY_NAME or text in _AMBIGUOUS_NAMES):
         return text
     try:
         return np.dtype(value).name
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # NumPy refuses some malformed strings with these
         return None
 
 

@@ -164,6 +164,10 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
         ("op int", lambda: cm.all_reduce(f32, f32b, 7), ValueError, "op=7"),
         ("op None", lambda: cm.all_reduce(f32, f32b, None), ValueError, "op=None"),
         ("op bool", lambda: cm.reduce(f32, f32b, True), ValueError, "op=True"),
+        ("op float", lambda: cm.all_reduce(f32, f32b, 2.0, stream=s), ValueError, r"^op=2\.0 is not a reduce"),
+        ("op numpy float", lambda: cm.reduce_scatter(f32_16, f32b, np.float64(1)), ValueError, "^op="),
+        ("out with device V op", lambda: cm.all_gather_v(f32, f32_16, [8, 8], out=host), TypeError,
+         "^out= is for NumPy arrays"),
         ("stream int", lambda: cm.all_reduce(f32, f32b, stream=5), TypeError, "^stream must be"),
         ("stream event", lambda: cm.broadcast(f32, stream=event), TypeError, "^stream must be"),
         ("stream int barrier", lambda: cm.barrier(stream=1), TypeError, "^stream must be"),
@@ -249,6 +253,15 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
         ("recv negative", lambda: cm.recv(f32b, -1), ValueError, "^peer=-1"),
         ("batch self", lambda: cm.batch_send_recv([("send", f32, me)]), ValueError, rf"^items\[0\] peer={me}"),
         ("batch out of range", lambda: cm.batch_send_recv([("recv", f32b, 3)]), ValueError, r"^items\[0\] peer=3"),
+        ("batch sends and receives one array", lambda: cm.batch_send_recv([("send", f32, peer), ("recv", f32, peer)],
+                                                                          stream=s), ValueError,
+         r"^items\[0\] and items\[1\] overlap in memory"),
+        ("batch receives into overlapping views",
+         lambda: cm.batch_send_recv([("recv", big[:8], peer), ("send", f32, peer), ("recv", big[4:12], peer)]),
+         ValueError, r"^items\[0\] and items\[2\] overlap"),
+        ("batch overlap, checked path", lambda: cm.batch_send_recv([("send", f32, peer),
+                                                                    ("recv", (f32.ptr + 4, 2, "float32"), peer)]),
+         ValueError, r"^items\[0\] and items\[1\] overlap"),
         # ---- closed or foreign-device streams
         ("closed stream", lambda: cm.broadcast(f32, stream=closed), ValueError, "^stream is closed"),
         ("closed stream (fast path)", lambda: cm.all_reduce(f32, f32b, SUM, stream=closed), ValueError,
@@ -455,9 +468,33 @@ def test_runtime_factory_arguments() -> None:
         ("pinned shape", lambda: hcclpy.pinned_empty(-2), ValueError, "^shape=-2"),
         ("pinned dtype", lambda: hcclpy.pinned_empty(2, "str"), TypeError, "^dtype='str'"),
         ("reduce op name", lambda: hcclpy.types.as_reduce_op("mean"), ValueError, "^op='mean' is not a reduce"),
+        ("shape a float", lambda: hcclpy.empty(2.5), TypeError, r"^shape=2\.5 must be an int or a sequence of ints"),
+        ("reshape None", lambda: hcclpy.empty(6).reshape(None), TypeError, "^shape=None must be"),
+        ("dtype 'float'", lambda: hcclpy.empty(2, "float"), TypeError,
+         r"^dtype='float' is ambiguous \(float32 in torch, float64 in NumPy\): name the size"),
+        ("dtype 'int'", lambda: hcclpy.empty(2, "int"), TypeError, r"^dtype='int' is ambiguous"),
+        ("misaligned view", lambda: hcclpy.zeros(64, "uint8")[1:33].view("float32"), ValueError,
+         r"^this array starts at 0x[0-9a-f]+, which is not aligned to 4-byte fp32 elements"),
+        ("copy on another device's stream", lambda: hcclpy.zeros(2, device=0).copy_from(
+            np.zeros(2, np.float32), stream=hcclpy.Device(1).create_stream()), ValueError,
+         "^stream is on device 1 but this array is on device 0"),
+        ("event on another device's stream", lambda: hcclpy.Device(0).create_event().record(
+            hcclpy.Device(1).create_stream()), ValueError, "^stream is on device 1 but the event was created on device 0"),
     ]
     failures = _run_matrix(cases)
     assert not failures, "\n".join(failures)
+
+
+def test_dtype_names_numpy_codes_and_types() -> None:
+    """Names and NumPy type codes that say the size resolve; the Python types follow NumPy."""
+    from hcclpy.types import DataType, as_datatype
+
+    for value, want in [("f4", DataType.FP32), ("<f8", DataType.FP64), ("i8", DataType.INT64), ("e", DataType.FP16),
+                        ("float32", DataType.FP32), ("Float64", DataType.FP64), (float, DataType.FP64),
+                        (int, DataType.INT64), ("half", DataType.FP16), ("long", DataType.INT64),
+                        ("bfloat16", DataType.BFP16), ("torch.int32", DataType.INT32)]:
+        assert as_datatype(value) is want, value
+    assert hcclpy.zeros(4, "<f4").view("uint8").nbytes == 16
 
 
 # ------------------------------------------------------------ accepted buffer kinds (positive)

@@ -6,6 +6,7 @@ Ranks run as threads (cheap enough for many examples); example counts are modest
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -257,3 +258,26 @@ def split_cases(draw: Any) -> Tuple[int, List[int], List[int]]:
 def test_split_ranks(case: Tuple[int, List[int], List[int]], dtype: str, op: str) -> None:
     size, members, nested = case
     _check(size, _split, members, nested, dtype, op)
+
+
+spans = st.lists(st.tuples(st.integers(0, 64), st.integers(0, 16), st.booleans()), max_size=12).map(
+    lambda items: [(start, start + length, receives) for start, length, receives in items])
+
+
+@SETTINGS
+@given(spans)
+def test_a_batch_refuses_exactly_the_receives_that_share_memory(items: List[Tuple[int, int, bool]]) -> None:
+    """batch_send_recv's overlap check (a sweep over the sorted spans) against every pair."""
+    from hcclpy.collectives._ops import _receives_apart
+
+    clashes = [(i, j) for i in range(len(items)) for j in range(i + 1, len(items))
+               if (items[i][2] or items[j][2]) and items[i][0] < items[j][1] and items[j][0] < items[i][1]
+               and items[i][0] < items[i][1] and items[j][0] < items[j][1]]
+    try:
+        _receives_apart(items)
+    except ValueError as exc:
+        assert clashes, f"refused without a clash: {exc}"
+        named = tuple(int(n) for n in re.findall(r"items\[(\d+)\]", str(exc)))
+        assert named in clashes, f"{exc} names {named}, not one of {clashes}"
+    else:
+        assert not clashes, f"accepted, but these pairs share memory: {clashes}"

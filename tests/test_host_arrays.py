@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -548,6 +549,117 @@ def test_release_gives_the_staging_back_and_calls_go_on() -> None:
     run(2, _release_and_go_on)
 
 
+def _uneven_results_in_place(rank: int, size: int, info: bytes) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        comm, n = me.comm, size
+        comm.all_gather(np.full(64, 7777.0))  # leaves values in the staging scratch
+        counts, displs = [2] * n, [4 * r for r in range(n)]  # a gap of two elements after each block
+        blocks = np.full(4 * n - 2, -1.0)
+        for r in range(n):
+            blocks[4 * r: 4 * r + 2] = r
+        gapped = np.where(blocks == -1.0, 0.0, blocks)
+        out = np.full(4 * n - 2, -1.0)
+        me.same("all_gather_v into out=", comm.all_gather_v(np.full(2, float(rank)), counts, recv_displs=displs,
+                                                            out=out), out)
+        me.eq("all_gather_v gaps keep out's values", out, blocks)
+        me.eq("all_gather_v new result, gaps are zeros",
+              comm.all_gather_v(np.full(2, float(rank)), counts, recv_displs=displs), gapped)
+        me.eq("all_to_all_v new result, gaps are zeros",
+              comm.all_to_all_v(np.full(2 * n, float(rank)), counts, counts, recv_displs=displs), gapped)
+        packed = np.empty(2 * n)
+        me.same("all_to_all_v out=", comm.all_to_all_v(np.full(2 * n, float(rank)), counts, counts, out=packed),
+                packed)
+        me.eq("all_to_all_v out= values", packed, np.repeat(np.arange(n, dtype=np.float64), 2))
+        mine = np.empty(2)
+        me.same("reduce_scatter_v out=", comm.reduce_scatter_v(np.ones(2 * n), counts, out=mine), mine)
+        me.eq("reduce_scatter_v out= values", mine, np.full(2, float(n)))
+        matrix = [[1] * n for _ in range(n)]
+        received = np.empty(n)
+        me.same("all_to_all_vc out=", comm.all_to_all_vc(np.full(n, float(rank)), matrix, out=received), received)
+        me.eq("all_to_all_vc out= values", received, np.arange(n, dtype=np.float64))
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_uneven_operations_write_only_their_blocks_and_take_out(size: int) -> None:
+    run(size, _uneven_results_in_place)
+
+
+def _barrier_orders(rank: int, size: int, info: bytes, folder: str) -> List[str]:
+    me = Rank(rank, size, info)
+    try:
+        if rank:  # late on purpose: a barrier that did not block would let rank 0 look too early
+            time.sleep(0.3)
+            with open(os.path.join(folder, str(rank)), "w"):
+                pass
+        me.comm.barrier()
+        seen = sorted(os.listdir(folder))
+        me.check("barrier()", len(seen) == size - 1, f"rank {rank} passed it having seen only {seen}")
+        with hcclpy.group():
+            me.refused("barrier() in a group", me.comm.barrier, RuntimeError, "inside hcclpy.group.*pass stream=")
+            me.comm.barrier(stream=me.comm.device.default_stream)
+        me.comm.device.default_stream.synchronize()
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_barrier_without_a_stream_blocks(tmp_path: Any, size: int) -> None:
+    run(size, _barrier_orders, str(tmp_path))
+
+
+_TIGHT_DEVICE = """
+import warnings; warnings.simplefilter("ignore")
+import numpy as np, hcclpy
+comm = hcclpy.init(rank=0, world_size=1)
+big = np.ones(47 << 17)  # 47 MiB of float64: staged in and out, 94 MiB of scratch on a 97 MiB device
+assert comm.all_gather(big).sum() == big.size
+# A second chunk buffer no longer fits: the all_gather's idle receive scratch is given back for it.
+assert (comm.all_reduce(np.ones(1 << 20)) == 1).all()
+print(sorted(comm._host_state._buffers))
+hcclpy.shutdown()
+"""
+
+
+def test_scratch_fits_a_nearly_full_device_and_gives_back_idle_slots() -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HCCLPY_BACKEND": "sim", "HCCLPY_SIM_DEVICE_MEMORY": "97M"}
+    done = subprocess.run([sys.executable, "-c", _TIGHT_DEVICE], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "['next', 'send']"
+
+
+@given(st.integers(1, 1 << 40))
+@settings(deadline=None, database=None)
+def test_scratch_sizes_waste_at_most_an_eighth(nbytes: int) -> None:
+    size = hcclpy.host._size_class(nbytes)
+    assert nbytes <= size <= max(nbytes * 9 // 8, 8)
+    assert hcclpy.host._size_class(size) == size  # a size class holds itself: no growth on the next call
+
+
+def test_a_call_that_waited_while_release_closed_the_staging_takes_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that found the staging just before release() closed it (while the call waited for its
+    lock) must not run on the closed one."""
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        comm.all_reduce(np.ones(3))
+        stale = comm._host_state
+        hcclpy.host.release(comm)
+        real, handed = hcclpy.host._staging, [stale]
+        monkeypatch.setattr(hcclpy.host, "_staging", lambda c: handed.pop() if handed else real(c))
+        assert comm.all_reduce(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+        assert not handed and comm._host_state is not stale and not comm._host_state.closed
+    finally:
+        comm.destroy()
+
+
 # ------------------------------------------------------------------------------ hypothesis
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None,
@@ -658,16 +770,29 @@ def _errors(rank: int, size: int, info: bytes) -> List[str]:
         ("complex dtype", lambda: comm.all_gather(np.ones(3, complex)), TypeError, r"array\.dtype.*complex"),
         ("object dtype", lambda: comm.all_reduce(np.array([1, "a"], dtype=object)), TypeError, r"array\.dtype"),
         ("recv list", lambda: hcclpy.host.recv(comm, [0.0], 0), TypeError, r"array must be a numpy"),
-        ("recv read-only", lambda: comm.recv(readonly, 0), ValueError, r"array is read-only"),
-        ("recv non-contiguous", lambda: comm.recv(strided_out, 0), ValueError, r"array must be C-contiguous"),
+        ("recv from itself", lambda: comm.recv(np.zeros(3), rank), ValueError, r"peer=\d+ is this rank"),
         ("scatter without out", lambda: hcclpy.host.scatter(comm, None, root=(rank + 1) % size), ValueError,
          r"array on the root, and out"),
         ("scatter with nothing", lambda: comm.scatter(None, root=(rank + 1) % size), TypeError,
          r"ranks other than the root pass out="),
         ("reduce_scatter_v counts", lambda: comm.reduce_scatter_v(x, [1] * (size + 1)), ValueError,
-         r"send_counts must have"),
-        ("all_to_all_vc matrix", lambda: comm.all_to_all_vc(x, np.ones((size + 1, size))), ValueError,
+         rf"send_counts must be {size} non-negative ints \(one per rank\), got \[1"),
+        ("all_gather_v negative count", lambda: comm.all_gather_v(x, [-1] * size), ValueError,
+         r"recv_counts must not contain negative counts"),
+        ("all_gather_v no counts", lambda: comm.all_gather_v(x, None), ValueError, r"recv_counts must be .*got None"),
+        ("all_gather_v out twice", lambda: comm.all_gather_v(x, np.zeros(x.size * size, np.float32), [x.size] * size,
+                                                             out=np.zeros(x.size * size, np.float32)), TypeError,
+         r"output array is given twice"),
+        ("all_to_all_v displacements", lambda: comm.all_to_all_v(x, [0] * size, [0] * size, recv_displs=[-1] * size),
+         ValueError, r"recv_displs must not contain negative"),
+        ("all_to_all_vc matrix", lambda: comm.all_to_all_vc(x, np.ones((size + 1, size), np.int64)), ValueError,
          r"send_count_matrix must be"),
+        ("all_to_all_vc float matrix", lambda: comm.all_to_all_vc(x, np.ones((size, size))), ValueError,
+         r"send_count_matrix must be a \d+ x \d+ matrix of non-negative ints"),
+        ("op as a float", lambda: comm.all_reduce(x, op=2.0), ValueError, r"op=2\.0 is not a reduce operation"),
+        ("op of an empty array", lambda: comm.all_reduce(np.empty(0), op="avg"), ValueError, r"op='avg'"),
+        ("root of an empty array", lambda: comm.broadcast(np.empty(0), root=size), ValueError,
+         rf"root={size} must be a rank"),
         ("not a communicator", lambda: hcclpy.host.all_reduce(object(), x), TypeError, r"comm must be"),
     ]
     if size > 1:
@@ -677,6 +802,9 @@ def _errors(rank: int, size: int, info: bytes) -> List[str]:
              rf"first axis.*multiple of {size}.*\({2 * size + 1}, 3\)"),
             ("all_to_all first axis", lambda: comm.all_to_all(odd), ValueError, r"first axis"),
             ("scatter first axis", lambda: comm.scatter(odd, root=rank), ValueError, r"first axis"),
+            ("recv read-only", lambda: comm.recv(readonly, (rank + 1) % size), ValueError, r"array is read-only"),
+            ("recv non-contiguous", lambda: comm.recv(strided_out, (rank + 1) % size), ValueError,
+             r"array must be C-contiguous"),
         ]
     cases += [  # last: batch_send_recv sets up its staging stream before it looks at the items
         ("batch item", lambda: comm.batch_send_recv([("put", x, 0)]), ValueError, r"items\[0\]"),
@@ -806,7 +934,7 @@ def _foreign_byte_order(rank: int, size: int, info: bytes) -> List[str]:
         refusals = [
             ("out=", lambda: me.comm.all_reduce(values, out=np.empty_like(swapped)),
              r"out\.dtype is [<>]f4, the result is float32"),
-            ("recv into", lambda: me.comm.recv(np.empty_like(swapped), 0), r"byte order"),
+            ("recv into", lambda: me.comm.recv(np.empty_like(swapped), (rank + 1) % size), r"byte order"),
             ("copy_from", lambda: device.copy_from(swapped),
              r"src\.dtype='[<>]f4' is not in this machine's byte order"),
             ("copy_to", lambda: device.copy_to(np.empty_like(swapped)), r"dst\.dtype=.*byte order"),

@@ -59,8 +59,10 @@ def _set_recording(on: bool) -> None:
 _trace.on_toggle(_set_recording)
 _host: Any = None  # hcclpy.host, once imported
 
-# Reduce ops as C ints, by member, value and name (bool is refused before the lookup).
+# Reduce ops as C ints, by member, value and name. Only these types are looked up: True and 2.0
+# are equal to ints the dictionary holds, and must be refused (the general path says why).
 _OP_CODES: Dict[Any, int] = {**{op: op._value_ for op in ReduceOp}, **{op.name.lower(): op._value_ for op in ReduceOp}}
+_OP_KEY_TYPES = frozenset({ReduceOp, int, str})
 
 
 def register_host(module: Any) -> None:
@@ -109,15 +111,23 @@ def _fast(comm: Any, stream: Any) -> Optional[Stream]:
         return None
 
 
-def _supported(comm: Any, operation: str, dtype: Any, op: Any = None) -> None:
-    """Raise ValueError if the simulator's product profile refuses ``operation`` on ``dtype`` (with
-    reduce operation ``op``), as the real product would with HCCL_E_NOT_SUPPORT.
+def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root: Any = None,
+                    peer: Any = None) -> None:
+    """The checks of a call on NumPy arrays before anything is staged: the communicator, ``op``,
+    ``root`` or ``peer`` (each when given), and whether the simulator's product profile refuses
+    ``operation`` on ``dtype`` (as the real product would, with HCCL_E_NOT_SUPPORT). The device
+    operation on the staged data checks them again, but an empty array reaches none.
 
-    For NumPy arrays, checked before they are staged (``comm`` is not checked yet). The device
-    paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
-    profile = getattr(comm, "_profile", None)
-    if profile is not None:
-        profile.check(operation, dtype, op)
+    The device paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
+    _comm_handle(comm)
+    if op is not None:
+        _op(op)
+    if root is not None:
+        _rank(comm, root, "root")
+    if peer is not None:
+        _peer(comm, peer)
+    if comm._profile is not None:
+        comm._profile.check(operation, dtype, op)
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCore, count: int, dtype: int,
@@ -182,7 +192,7 @@ def _peer(comm: CommCore, value: Any, argument: str = "peer") -> int:
 
 
 def _op(op: Any) -> int:
-    code = _OP_CODES.get(op) if type(op) is not bool else None
+    code = _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
     return code if code is not None else as_reduce_op(op)._value_
 
 
@@ -204,6 +214,11 @@ def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]
     checked = tuple(int(v) for v in key)
     _c_vector(comm, checked)  # remember the layout as checked
     return checked
+
+
+def _given_displacements(displs: Any, comm: CommCore, argument: str) -> Optional[Tuple[int, ...]]:
+    """Displacements as the caller gave them, checked; None (packed) stays None."""
+    return None if displs is None else _count_vector(displs, comm, argument)
 
 
 def _displacements(counts: Tuple[int, ...], displs: Any, comm: CommCore, argument: str) -> Tuple[int, ...]:
@@ -241,6 +256,28 @@ def _c_vector(comm: CommCore, values: Tuple[int, ...]) -> Any:
 def _no_out(out: Any) -> None:
     if out is not None:
         raise TypeError("out= is for NumPy arrays; with device buffers the output is recv")
+
+
+def _host_output(given: Any, out: Any) -> Any:
+    """The output array of an uneven operation's NumPy form: passed where the device form takes
+    ``recv`` (``f(array, out, counts)``), or as ``out=``, not both."""
+    if out is None:
+        return given
+    if given is not None:
+        raise TypeError("the output array is given twice (positionally and as out=); pass it once")
+    return out
+
+
+def _count_matrix(comm: CommCore, matrix: Any) -> Tuple[Tuple[int, ...], ...]:
+    """An all_to_all_vc count matrix, checked: ``size`` rows of ``size`` non-negative ints."""
+    try:
+        rows = tuple(_count_vector(row, comm, "send_count_matrix row") for row in matrix)
+    except (TypeError, ValueError):
+        rows = ()
+    if len(rows) != comm._size:
+        raise ValueError(f"send_count_matrix must be a {comm._size} x {comm._size} matrix of non-negative ints, "
+                         f"got {matrix!r}")
+    return rows
 
 
 # An uneven layout (counts and displacements) a V-operation has checked is remembered under the
@@ -371,7 +408,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
         target = send if recv is None else recv
         if st is not None and type(target) is DeviceArray:
             sa, ta, device = send._alloc, target._alloc, comm._device_id
-            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ta.live_device == device
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
@@ -390,7 +427,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                     st._seal_held()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_reduce", send.dtype, op)
+        _before_staging(comm, "all_reduce", send.dtype, op)
         return _host.all_reduce(comm, send, recv if out is None else out, op)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -428,7 +465,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
         target = send if recv is None or not is_root else recv
         if st is not None and 0 <= root < comm._size and type(target) is DeviceArray:
             sa, ta, device = send._alloc, target._alloc, comm._device_id
-            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ta.live_device == device
                     and send._dtype is target._dtype and send._size == target._size
                     and (sa is not ta or send._offset == target._offset)):
@@ -437,7 +474,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                       "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, root)
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "reduce", send.dtype, op)
+        _before_staging(comm, "reduce", send.dtype, op, root)
         return _host.reduce(comm, send, recv if out is None else out, op, root)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -473,7 +510,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
         st = _fast(comm, stream)
         if st is not None:
             sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, recv._size
-            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
+            code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ra.live_device == device
                     and send._dtype is recv._dtype and send._size == n * comm._size and sa is not ra):
                 _done(comm._api.HcclReduceScatter(send._cptr, recv._cptr, n, send._dtype_c, code, comm._handle,
@@ -481,7 +518,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
                       comm, n, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "reduce_scatter", send.dtype, op)
+        _before_staging(comm, "reduce_scatter", send.dtype, op)
         return _host.reduce_scatter(comm, send, recv if out is None else out, op)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -508,17 +545,17 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
 
 def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional[Sequence[int]] = None,
                      send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *,
-                     stream: Optional[Stream] = None) -> Any:
+                     stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce-scatter with uneven blocks: rank ``r`` receives the reduction of every rank's
     ``send[send_displs[r] : send_displs[r] + send_counts[r]]`` (``recv`` holds ``send_counts[r]``
     elements). ``send_displs=None`` packs the blocks back to back. NumPy form:
     ``reduce_scatter_v(array, send_counts)`` returns the flattened block."""
-    if type(send) is DeviceArray and type(recv) is DeviceArray:
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
         st, memo = _fast(comm, stream), comm._layout_memo[_SEND]
         layout = (None if st is None else memo[4] if memo[0] is send_counts and memo[1] is send_displs
                   and memo[2] == send_counts and memo[3] == send_displs  # the memo's hit, written out
                   else _known_layout(comm, _SEND, send_counts, send_displs))
-        code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) is not bool else None
+        code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
         if layout is not None and code is not None:
             counts, c_counts, c_displs, extent = layout
             mine, device = counts[comm._rank], comm._device_id
@@ -531,9 +568,12 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
                       "HcclReduceScatterV", st, (send, recv), comm, mine, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "reduce_scatter_v", send.dtype, op)
+        _before_staging(comm, "reduce_scatter_v", send.dtype, op)
         counts, target = (recv, None) if send_counts is None else (send_counts, recv)
-        return _host.reduce_scatter_v(comm, send, counts, target, op, send_displs)
+        return _host.reduce_scatter_v(comm, send, _count_vector(counts, comm, "send_counts"),
+                                      _host_output(target, out), op,
+                                      _given_displacements(send_displs, comm, "send_displs"))
+    _no_out(out)
     if send_counts is None:
         raise TypeError("reduce_scatter_v needs send_counts")
     handle = _comm_handle(comm)
@@ -572,7 +612,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
                   "HcclBroadcast", st, (buf,), comm, buf._size, buf._dtype_c, root)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _supported(comm, "broadcast", buf.dtype)
+        _before_staging(comm, "broadcast", buf.dtype, root=root)
         return _host.broadcast(comm, buf, root, out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -603,7 +643,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       "HcclAllGather", st, (send, recv), comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_gather", send.dtype)
+        _before_staging(comm, "all_gather", send.dtype)
         return _host.all_gather(comm, send, recv if out is None else out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -626,11 +666,12 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
 
 
 def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Sequence[int]] = None,
-                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None) -> Any:
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
+                 out: Any = None) -> Any:
     """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
     (``recv_counts[r]`` elements, which must equal that rank's ``send`` count). NumPy form:
     ``all_gather_v(array, recv_counts)`` returns the flattened result."""
-    if type(send) is DeviceArray and type(recv) is DeviceArray:
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
         st, memo = _fast(comm, stream), comm._layout_memo[_RECV]
         layout = (None if st is None else memo[4] if memo[0] is recv_counts and memo[1] is recv_displs
                   and memo[2] == recv_counts and memo[3] == recv_displs  # the memo's hit, written out
@@ -647,9 +688,11 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
                       "HcclAllGatherV", st, (send, recv), comm, send._size, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_gather_v", send.dtype)
+        _before_staging(comm, "all_gather_v", send.dtype)
         counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
-        return _host.all_gather_v(comm, send, counts, target, recv_displs)
+        return _host.all_gather_v(comm, send, _count_vector(counts, comm, "recv_counts"), _host_output(target, out),
+                                  _given_displacements(recv_displs, comm, "recv_displs"))
+    _no_out(out)
     if recv_counts is None:
         raise TypeError("all_gather_v needs recv_counts")
     handle = _comm_handle(comm)
@@ -695,7 +738,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
                 return recv
     target = recv if out is None else out
     if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
-        _supported(comm, "scatter", (target if send is None else send).dtype)
+        _before_staging(comm, "scatter", (target if send is None else send).dtype, root=root)
         return _host.scatter(comm, send, target, root)
     _no_out(out)
     if recv is None:
@@ -743,7 +786,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_to_all", send.dtype)
+        _before_staging(comm, "all_to_all", send.dtype)
         return _host.all_to_all(comm, send, recv if out is None else out)
     _no_out(out)
     handle = _comm_handle(comm)
@@ -766,12 +809,13 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
 
 def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int],
                  recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
-                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None) -> Any:
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
+                 out: Any = None) -> Any:
     """All-to-all with uneven blocks: ``send_counts[j]`` elements from ``send[send_displs[j]:]`` go
     to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``.
     Displacements default to packed blocks. ``send`` and ``recv`` must not overlap. NumPy form:
     ``all_to_all_v(array, send_counts, recv_counts)``."""
-    if type(send) is DeviceArray and type(recv) is DeviceArray:
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
         st, memo = _fast(comm, stream), comm._layout_memo[_SEND]
         sent = (None if st is None else memo[4] if memo[0] is send_counts and memo[1] is send_displs
                 and memo[2] == send_counts and memo[3] == send_displs  # the memo's hit, written out
@@ -796,10 +840,14 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
                       "HcclAlltoAllV", st, (send, recv), comm, sent[3], send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_to_all_v", send.dtype)
+        _before_staging(comm, "all_to_all_v", send.dtype)
         if recv_counts is None:  # (array, send_counts, recv_counts)
-            return _host.all_to_all_v(comm, send, recv, send_counts, None, send_displs, recv_displs)
-        return _host.all_to_all_v(comm, send, send_counts, recv_counts, recv, send_displs, recv_displs)
+            recv, send_counts, recv_counts = None, recv, send_counts
+        return _host.all_to_all_v(comm, send, _count_vector(send_counts, comm, "send_counts"),
+                                  _count_vector(recv_counts, comm, "recv_counts"), _host_output(recv, out),
+                                  _given_displacements(send_displs, comm, "send_displs"),
+                                  _given_displacements(recv_displs, comm, "recv_displs"))
+    _no_out(out)
     if recv_counts is None:
         raise TypeError("all_to_all_v needs recv_counts")
     handle = _comm_handle(comm)
@@ -826,11 +874,11 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
 
 
 def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any = None, *,
-                  stream: Optional[Stream] = None) -> Any:
+                  stream: Optional[Stream] = None, out: Any = None) -> Any:
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
     go from rank ``i`` to rank ``j``, packed in rank order on both sides. NumPy form:
     ``all_to_all_vc(array, matrix)``."""
-    if type(send) is DeviceArray and type(recv) is DeviceArray:
+    if type(send) is DeviceArray and type(recv) is DeviceArray and out is None:
         st, memo = _fast(comm, stream), comm._layout_memo[_MATRIX]
         try:
             layout = (None if st is None else memo[2] if memo[0] is send_count_matrix
@@ -850,23 +898,17 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
                       comm, sent, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _supported(comm, "all_to_all_vc", send.dtype)
+        _before_staging(comm, "all_to_all_vc", send.dtype)
         matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
-        return _host.all_to_all_vc(comm, send, matrix, target)
+        return _host.all_to_all_vc(comm, send, _count_matrix(comm, matrix), _host_output(target, out))
+    _no_out(out)
     if send_count_matrix is None:
         raise TypeError("all_to_all_vc needs send_count_matrix")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
     _same_dtype(sb, rb, "send", "recv")
-    n = comm._size
-    try:
-        rows = [_count_vector(row, comm, "send_count_matrix row") for row in send_count_matrix]
-    except (TypeError, ValueError):
-        rows = []
-    if len(rows) != n:
-        raise ValueError(f"send_count_matrix must be a {n} x {n} matrix of non-negative ints, got "
-                         f"{send_count_matrix!r}")
+    rows = _count_matrix(comm, send_count_matrix)
     sent, received = sum(rows[comm._rank]), sum(row[comm._rank] for row in rows)
     if sent > sb.count:
         raise ValueError(f"send holds {sb.count} elements but row {comm._rank} of the matrix sends {sent}")
@@ -881,7 +923,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
     flat = tuple(count for row in rows for count in row)
     if len(comm._layouts) >= 256:
         comm._layouts.clear()
-    comm._layouts[("matrix", tuple(rows))] = (_c_vector(comm, flat), sent, received)
+    comm._layouts[("matrix", rows)] = (_c_vector(comm, flat), sent, received)
     _done(comm._api.HcclAlltoAllVC(sb.ptr, _c_vector(comm, flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle,
                                    st._ptr_cdata), "HcclAlltoAllVC", st, (send, recv), comm, sent, sb.dtype_c, -1)
     return recv
@@ -912,7 +954,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               st, (buf,), comm, buf._size, buf._dtype_c, peer)
         return None
     if isinstance(buf, np.ndarray) and _host is not None:
-        _supported(comm, "send", buf.dtype)
+        _before_staging(comm, "send", buf.dtype, peer=peer)
         return _host.send(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclSend")
     return None
@@ -927,13 +969,14 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               st, (buf,), comm, buf._size, buf._dtype_c, peer)
         return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _supported(comm, "recv", buf.dtype)
+        _before_staging(comm, "recv", buf.dtype, peer=peer)
         return _host.recv(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclRecv")
     return buf
 
 
 _KINDS = {"send": 0, "recv": 1}
+_RECV = _KINDS["recv"]
 _second = operator.itemgetter(1)  # an item's buffer
 
 
@@ -955,6 +998,24 @@ def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, L
     except (TypeError, ValueError):  # an item that is not a (kind, buffer, peer) triple, an unhashable kind
         return None
     return (tuple(rows), buffers) if rows else None
+
+
+def _receives_apart(spans: Sequence[Tuple[int, int, bool]]) -> None:
+    """Raise ValueError if a receive buffer of a batch overlaps another item's buffer (HCCL would
+    read and write the memory in no defined order). ``spans`` are ``(start, end, receives)``
+    addresses, one per item in item order; sends may share memory with each other."""
+    reach = reach_recv = 0  # the furthest end of the buffers seen so far (of the receiving ones)
+    last = last_recv = -1  # the items that reach there
+    for start, end, receives, index in sorted((s, e, r, i) for i, (s, e, r) in enumerate(spans) if e > s):
+        other = last_recv if start < reach_recv else last if receives and start < reach else -1
+        if other >= 0:
+            first, second = sorted((other, index))
+            raise ValueError(f"items[{first}] and items[{second}] overlap in memory and at least one of them "
+                             "receives: a receive buffer must not share memory with any other item of the batch")
+        if end > reach:
+            reach, last = end, index
+        if receives and end > reach_recv:
+            reach_recv, last_recv = end, index
 
 
 def _remember_batch(comm: CommCore, items: Sequence[Any], buffers: List[DeviceArray], c_items: Any) -> None:
@@ -1008,6 +1069,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                 cache = comm._batch_items
                 c_items = cache.get(rows)
                 if c_items is None:
+                    _receives_apart([(b.ptr, b.ptr + b.nbytes, row[0] == _RECV) for b, row in zip(buffers, rows)])
                     if len(cache) >= 256:
                         cache.clear()
                     c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
@@ -1026,12 +1088,13 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     if items and _host is not None and all(
             isinstance(i, (tuple, list)) and len(i) == 3 and isinstance(i[1], np.ndarray) for i in items):
         for item in items:
-            _supported(comm, "batch_send_recv", item[1].dtype)
+            _before_staging(comm, "batch_send_recv", item[1].dtype)
         return _host.batch_send_recv(comm, items)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     c_items = _ffi.new("HcclSendRecvItem[]", max(len(items), 1))
     keep: List[Any] = []
+    spans: List[Tuple[int, int, bool]] = []
     for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in _KINDS:
             raise ValueError(f"items[{index}] must be ('send' | 'recv', buffer, peer), got {item!r}")
@@ -1047,16 +1110,34 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         c.dataType = b.dtype_c
         c.remoteRank = _peer(comm, peer, f"items[{index}] peer")
         keep.append(buf)
+        spans.append((b.address, b.address + b.count * b.itemsize, kind == "recv"))
+    _receives_apart(spans)
     _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep,
           comm, len(items), -1, -1)
     return None
 
 
 def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
-    """Queue a barrier: work after it on ``stream`` starts once every rank has reached it."""
+    """Wait for every rank to reach the barrier.
+
+    With ``stream``, the barrier is queued on it and the call returns at once: work queued after
+    it on that stream starts once every rank has reached it. Without one, the call blocks: the
+    barrier is queued on the default stream, which is then synchronised (so the work queued on it
+    before is done too), the way scripts on NumPy arrays and ``torch.distributed`` expect.
+
+    Raises
+    ------
+    RuntimeError
+        Without ``stream``, inside :func:`group` (whose calls only run once it ends).
+    """
     handle = _comm_handle(comm)
+    if stream is None and _group.depth > 0:
+        raise RuntimeError("barrier() without a stream blocks until every rank has reached it, so it cannot be "
+                           "used inside hcclpy.group(), whose calls run only when the group ends: pass stream=")
     st = _stream(comm, stream)
     _done(comm._api.HcclBarrier(handle, st._ptr_cdata), "HcclBarrier", st, (), comm, 0, -1, -1)
+    if stream is None:
+        st.synchronize()
 
 
 # ------------------------------------------------------------------------------------ groups

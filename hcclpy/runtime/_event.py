@@ -83,6 +83,9 @@ class Event:
             stream = self._device.default_stream
         elif not isinstance(stream, Stream):
             raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        if stream._device_id != self._device.id:
+            raise ValueError(f"stream is on device {stream._device_id} but the event was created on device "
+                             f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
         self._recorded = (stream._progress, upto)

@@ -35,13 +35,13 @@ def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
     return nbytes
 
 
-def _shape_of(shape: ShapeLike) -> Tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+def _shape_of(shape: ShapeLike, negative_ok: bool = False) -> Tuple[int, ...]:
     try:
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         dims = tuple(operator.index(d) for d in dims)
     except TypeError:
         raise TypeError(f"shape={shape!r} must be an int or a sequence of ints") from None
-    if any(d < 0 for d in dims):
+    if any(d < (-1 if negative_ok else 0) for d in dims):
         raise ValueError(f"shape={shape!r} has a negative dimension")
     return dims
 
@@ -53,7 +53,7 @@ def _device_of(device: Any) -> Device:
 
 
 class _Allocation:
-    """One aclrtMalloc block; freed by DeviceArray.close() on the base array or by the collector."""
+    """One aclrtMalloc block; freed by DeviceArray.close() on any array that views it, or by the collector."""
 
     __slots__ = ("__weakref__", "ptr", "nbytes", "device", "device_id", "live_device", "finalizer")
 
@@ -203,15 +203,22 @@ class DeviceArray:
         return DeviceArray._view(self._alloc, self._offset + index * row_bytes, self._shape[1:], self._dtype)
 
     def view(self, dtype: Any) -> "DeviceArray":
-        """The same bytes as a 1-D array of another element type (the byte size must divide)."""
+        """The same bytes as a 1-D array of another element type (the byte size must divide, and
+        the first byte must be aligned to the new element size: every DeviceArray is aligned, as
+        HCCL's reductions require, so the operations need not check)."""
         datatype = as_datatype(dtype)
         if self.nbytes % datatype.itemsize:
             raise ValueError(f"{self.nbytes} bytes are not a whole number of {datatype.name.lower()} elements")
+        if self.ptr % datatype.itemsize:
+            raise ValueError(f"this array starts at 0x{self.ptr:x}, which is not aligned to {datatype.itemsize}-byte "
+                             f"{datatype.name.lower()} elements; view a slice that starts at a multiple of "
+                             f"{datatype.itemsize} bytes")
         return DeviceArray._view(self._alloc, self._offset, (self.nbytes // datatype.itemsize,), datatype)
 
     def reshape(self, *shape: Any) -> "DeviceArray":
         """A view with another shape (one dimension may be -1)."""
-        dims = list(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
+        given = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
+        dims = list(_shape_of(given, negative_ok=True))
         if dims.count(-1) > 1:
             raise ValueError("only one dimension of a reshape can be -1")
         if -1 in dims:
@@ -250,6 +257,9 @@ class DeviceArray:
             return
         if not isinstance(stream, Stream):
             raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        if stream._device_id != self._alloc.device_id:
+            raise ValueError(f"stream is on device {stream._device_id} but this array is on device "
+                             f"{self._alloc.device_id}; queue the copy on a stream of the array's device")
         _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
                                               stream._cdata()), "aclrtMemcpyAsync")
         stream._hold(keep)
@@ -313,7 +323,8 @@ class DeviceArray:
             stream._hold((self,))
 
     def close(self) -> None:
-        """Free the memory now (every view of it becomes unusable). Idempotent."""
+        """Free the memory now: the whole allocation, also when called on a view (every array that
+        views it becomes unusable). Idempotent."""
         self._alloc.live_device = -1
         CLOSES[0] += 1
         close_now(self._alloc.finalizer)
