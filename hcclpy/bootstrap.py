@@ -17,7 +17,9 @@ no port (Slurm, MPI), one derived from the job id; else 29500.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import os
 import tempfile
@@ -49,6 +51,7 @@ class LaunchInfo:
     master_addr: str
     master_port: int
     launcher: str
+    job_id: str = ""  # what tells this job's ranks from another job's on the same hosts
 
 
 def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
@@ -84,6 +87,37 @@ def _port(env: Mapping[str, str], job_id: str) -> int:
     return DEFAULT_PORT + 1 + zlib.crc32(job_id.encode()) % 20000 if job_id else DEFAULT_PORT
 
 
+def _hydra_proxy_pid() -> Optional[int]:
+    """The pid of MPICH's ``hydra_pmi_proxy`` this process descends from (through wrapper scripts
+    too), or None. All ranks of a job on one node share it, and other jobs have their own."""
+    pid = os.getppid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            return None
+        name, after = stat[stat.index(b"(") + 1: stat.rindex(b")")], stat[stat.rindex(b")") + 2:].split()
+        if name == b"hydra_pmi_proxy":
+            return pid
+        pid = int(after[1])  # the parent: the field after the state
+        if pid <= 1:
+            return None
+    return None
+
+
+def _job_id(env: Mapping[str, str], launcher: str, job_var: str, size: int, local_size: Optional[int]) -> str:
+    """What separates this job from others the launcher runs on the same hosts at the same time."""
+    job_id = env.get(job_var, "") if job_var else ""
+    if launcher == "slurm" and job_id and env.get("SLURM_STEP_ID"):
+        job_id += "." + env["SLURM_STEP_ID"]  # the steps of one allocation share the job id
+    if launcher == "pmi" and not job_id and local_size in (None, size):
+        # MPICH's mpiexec (Hydra) names no job: on one node, its proxy process stands for the job.
+        proxy = _hydra_proxy_pid()
+        job_id = f"hydra-proxy-{proxy}" if proxy is not None else ""
+    return job_id
+
+
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm node list: ``"gpu[003-008,011],cpu1"`` gives ``"gpu003"``."""
     first, depth = "", 0
@@ -104,19 +138,23 @@ def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
     """Read rank, sizes and rendezvous address from the environment (see the module docstring)."""
     env = os.environ if env is None else env
     candidates = (
-        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", ""),
+        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"),
         ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID"),
         ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
          "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE"),
         ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME"),
     )
+    partial = None  # a launcher's rank without its size, or the reverse
     for launcher, rank_var, size_var, local_var, local_size_var, job_var in candidates:
         rank, size = _int_env(env, rank_var), _int_env(env, size_var)
         if rank is None or size is None:
+            # A Slurm batch script outside any step may have SLURM_PROCID alone.
+            if (rank, size) != (None, None) and launcher != "slurm" and partial is None:
+                partial = (rank_var, size_var) if size is None else (size_var, rank_var)
             continue
         local = _int_env(env, local_var)
         local_size = _int_env(env, local_size_var) if local_size_var else None
-        job_id = env.get(job_var, "") if job_var else ""
+        job_id = _job_id(env, launcher, job_var, size, local_size)
         if launcher == "slurm":
             # Rank 0 runs on the first node of the allocation (the launch node may be a login node).
             nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
@@ -125,7 +163,11 @@ def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
         else:
             master = env.get("MASTER_ADDR") or "127.0.0.1"
         return LaunchInfo(rank, size, rank if local is None else local, size if local_size is None else local_size,
-                          master, _port(env, job_id), launcher)
+                          master, _port(env, job_id), launcher, job_id)
+    if partial is not None:  # each process would run alone: wrong results, and no error
+        present, missing = partial
+        raise ValueError(f"environment variable {present}={env[present]!r} is set but {missing} is not; a launcher "
+                         f"sets both (unset {present} to run as rank 0 of 1)")
     return LaunchInfo(0, 1, 0, 1, env.get("MASTER_ADDR") or "127.0.0.1", _port(env, ""), "none")
 
 
@@ -182,11 +224,15 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     config
         :class:`CommConfig` or dict for the communicator.
     timeout
-        Seconds to wait for the rendezvous (rank 0 starting, other ranks joining).
+        Seconds to wait for the root info to reach every rank (rank 0 starting, the other ranks
+        joining its rendezvous or reading ``store_path``); forming the communicator afterwards is
+        bounded by ``HCCL_CONNECT_TIMEOUT``.
     rank_table
-        Path of a rank-table file; default ``RANK_TABLE_FILE`` when it names an existing file.
+        Path of a rank-table file; default ``RANK_TABLE_FILE`` when it names an existing file and
+        the job has more than one rank (its rank count must be the world size).
     mpi_comm
-        An mpi4py communicator to broadcast the root info over.
+        An mpi4py communicator to broadcast the root info over; ``rank`` and ``world_size``
+        default to its own.
     store_path
         A file all ranks can see, to pass the root info through instead of TCP.
 
@@ -207,6 +253,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     """
     global _world
     launch = detect_launch()
+    if mpi_comm is not None:
+        rank, world_size = _ranks_of(mpi_comm, rank, world_size)
+    sized_by_caller = world_size is not None or launch.launcher != "none"
     rank = launch.rank if rank is None else rank
     world_size = launch.world_size if world_size is None else world_size
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -217,11 +266,18 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
         raise ValueError(f"timeout={timeout!r} must be a positive, finite number of seconds")
     if rank_table is not None and not os.path.isfile(rank_table):
         raise FileNotFoundError(f"rank_table={rank_table!r}: no such file")
-    if mpi_comm is not None and not callable(getattr(mpi_comm, "bcast", None)):
-        raise TypeError(f"mpi_comm must be an mpi4py communicator (such as MPI.COMM_WORLD), got "
-                        f"{type(mpi_comm).__name__}")
     if store_path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(store_path))):
         raise FileNotFoundError(f"store_path={store_path!r}: its directory does not exist")
+    if store_path is not None and os.path.isdir(store_path):
+        raise IsADirectoryError(f"store_path={store_path!r} is a directory; name a file in it")
+    # RANK_TABLE_FILE describes the cluster's jobs, and is often exported on CANN hosts: a process
+    # that runs alone does not wait for a table's other ranks. rank_table= is always used.
+    table = rank_table or os.environ.get("RANK_TABLE_FILE")
+    use_table = bool(rank_table) or bool(table and world_size > 1 and os.path.isfile(table))
+    if use_table and sized_by_caller:
+        listed = _rank_table_size(table)
+        if listed is not None and listed != world_size:
+            raise ValueError(f"the rank table {table} lists {listed} ranks but world_size is {world_size}")
     if device is None:
         count = device_count()
         if launch.local_rank >= count:
@@ -232,8 +288,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     with _lock:
         if _world is not None and not _world.destroyed:
             raise RuntimeError("hcclpy.init() was already called in this process; call hcclpy.shutdown() first")
-        table = rank_table or os.environ.get("RANK_TABLE_FILE")
-        if table and (rank_table or os.path.isfile(table)):
+        if use_table:
             comm = Communicator.from_rank_table(table, rank, config=config, device=dev)
         elif world_size == 1:
             comm = Communicator(1, RootInfo.generate(dev), 0, config=config, device=dev)
@@ -242,22 +297,54 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
             comm = Communicator(world_size, RootInfo(mpi_comm.bcast(payload, root=0)), rank, config=config, device=dev)
         elif store_path is not None:
             info = _exchange_by_file(store_path, rank, dev, timeout,
-                                     job_token(launch.master_addr, launch.master_port))
-            comm = Communicator(world_size, info, rank, config=config, device=dev)
-            if rank == 0:  # every rank has joined, so every rank has read it
-                os.unlink(store_path)
+                                     job_token(launch.master_addr, launch.master_port, launch.job_id))
+            try:
+                comm = Communicator(world_size, info, rank, config=config, device=dev)
+            finally:
+                if rank == 0:  # every rank has joined, or the job failed: no later run may read it
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(store_path)
         else:
             comm = _init_tcp(launch, rank, world_size, dev, config, timeout)
         _world = comm
         return comm
 
 
+def _ranks_of(mpi_comm: Any, rank: Optional[int], world_size: Optional[int]) -> Any:
+    """``rank`` and ``world_size`` for an mpi4py communicator: its own when not given; given ones
+    must agree with it (a sub-communicator's ranks are not the launcher's)."""
+    if not all(callable(getattr(mpi_comm, name, None)) for name in ("bcast", "Get_rank", "Get_size")):
+        raise TypeError(f"mpi_comm must be an mpi4py communicator (such as MPI.COMM_WORLD), got "
+                        f"{type(mpi_comm).__name__}")
+    own_rank, own_size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+    if (rank is not None and rank != own_rank) or (world_size is not None and world_size != own_size):
+        raise ValueError(f"rank={rank} and world_size={world_size} differ from mpi_comm's rank {own_rank} of "
+                         f"{own_size}: leave them out to use mpi_comm's")
+    return own_rank, own_size
+
+
+def _rank_table_size(path: str) -> Optional[int]:
+    """How many ranks a rank table lists (the devices of its ``server_list``); None when it cannot
+    tell (HCCL then reads the table itself and says what is wrong with it)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            table = json.load(handle)
+        return sum(len(server["device"]) for server in table["server_list"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
-    token = job_token(launch.master_addr, launch.master_port)
+    token = job_token(launch.master_addr, launch.master_port, launch.job_id)
     if rank == 0:
         info = RootInfo.generate(dev)
         server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), timeout)
         try:
+            # Within ``timeout``: forming the communicator would wait HCCL_CONNECT_TIMEOUT for them.
+            missing = server.wait()
+            if missing:
+                raise CommTimeoutError(f"rank(s) {missing} did not reach the rendezvous on "
+                                       f"{launch.master_addr}:{launch.master_port} within {timeout:g} s")
             return Communicator(world_size, info, 0, config=config, device=dev)
         finally:
             server.close()

@@ -20,9 +20,9 @@ ways (``HCCLPY_HOST_STAGING``):
   that while one rank reads host memory the other writes it (memory then serves both
   directions at once, as for a collective on device arrays).
 
-The other operations copy the whole array in and out: in ``direct`` mode with synchronous copies,
-in ``pinned`` mode with copies queued on the staging stream (which, from pageable memory, return
-once done too, and need no device made current on the calling thread).
+The other operations copy the whole array in and out with synchronous copies (in ``pinned`` mode
+with the staging device made current for them): before CANN 8.1, an asynchronous copy from host
+memory ``aclrtMallocHost`` did not allocate may fail unpredictably.
 
 Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
 C-contiguous, or not in the machine's byte order, is copied to one that is first (the result is in
@@ -109,11 +109,11 @@ class _Staging:
         self.stream: Stream = comm.device.create_stream()
         self._buffers: Dict[str, DeviceArray] = {}
         self._views: Dict[Tuple[str, int, DataType], DeviceArray] = {}
-        self._device = comm.device
+        self.device = comm.device
         # Pinned mode: two host buffers (with C pointers to them) and the events that say when the
         # device is done with each.
         self._host: List[Optional[Tuple[np.ndarray, Any]]] = [None, None]
-        self.events = [self._device.create_event(timing=False) for _ in range(2)] if self.pinned else []
+        self.events = [self.device.create_event(timing=False) for _ in range(2)] if self.pinned else []
 
     def buffer(self, slot: str, count: int, dtype: DataType) -> DeviceArray:
         """``count`` elements of scratch named ``slot`` (reused; grown in steps of at most an eighth).
@@ -133,12 +133,12 @@ class _Staging:
                 self._views = {k: v for k, v in self._views.items() if k[0] != slot}
                 del self._buffers[slot]
             try:
-                current = empty(_size_class(nbytes), "uint8", device=self._device)
+                current = empty(_size_class(nbytes), "uint8", device=self.device)
             except AclError:  # no room: give back the scratch this call does not use, ask for the exact size
                 for name in [name for name in self._buffers if name not in self.in_use]:
                     self._buffers.pop(name).close()
                 self._views = {k: v for k, v in self._views.items() if k[0] in self._buffers}
-                current = empty(nbytes, "uint8", device=self._device)
+                current = empty(nbytes, "uint8", device=self.device)
             self._buffers[slot] = current
         if len(self._views) >= 64:
             self._views.clear()
@@ -151,7 +151,7 @@ class _Staging:
         current = self._host[slot]
         if current is None or current[0].nbytes < nbytes:
             self._host[slot] = None  # the old buffer goes before the new one is allocated
-            with self._device:  # made current, as for the device buffers and events
+            with self.device:  # made current, as for the device buffers and events
                 array = pinned_empty(_size_class(nbytes), "uint8")
             current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
         return current[1]
@@ -300,10 +300,15 @@ def _copy_now(dst: Any, src: Any, nbytes: int, kind: int) -> None:
 
 
 def _copy_pageable(staging: _Staging, dst: Any, src: Any, nbytes: int, kind: int) -> None:
-    """Copy between pageable host memory and device memory, done when it returns, the way the
-    staging mode says (see the module docstring)."""
+    """Copy between pageable host memory and device memory, done when it returns (the staging
+    stream is idle for the device memory involved).
+
+    Always a synchronous copy: before CANN 8.1, AscendCL documents that an asynchronous copy from
+    host memory aclrtMallocHost did not allocate may fail unpredictably. In pinned mode the
+    staging device is made current for it, since the calling thread need not have made it so."""
     if staging.pinned:
-        _copy(staging.stream, dst, src, nbytes, kind)
+        with staging.device:
+            _copy_now(dst, src, nbytes, kind)
     else:
         _copy_now(dst, src, nbytes, kind)
 

@@ -46,17 +46,15 @@ class RendezvousError(HcclpyError):
     """The rendezvous refused this rank (wrong token, duplicate rank, wrong world size...)."""
 
 
-def job_token(master_addr: str, master_port: int) -> bytes:
+def job_token(master_addr: str, master_port: int, job_id: str = "") -> bytes:
     """The 32-byte token clients must present: ``HCCLPY_RENDEZVOUS_TOKEN`` if set, else derived from
-    the job's address, port and launcher job id (which separates jobs, but is not a secret). The
-    world size is checked separately, so a mismatch is reported as such."""
+    the job's address, port and launcher job id (``LaunchInfo.job_id``: it separates jobs, but is
+    not a secret). The world size is checked separately, so a mismatch is reported as such."""
     secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
     if secret:
         material = "secret:" + secret
     else:
-        job = next((os.environ[v] for v in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "PMI_KVSNAME")
-                    if os.environ.get(v)), "")
-        material = f"derived:{master_addr}:{master_port}:{job}"
+        material = f"derived:{master_addr}:{master_port}:{job_id}"
     return hashlib.sha256(material.encode()).digest()
 
 
@@ -189,6 +187,13 @@ class RendezvousServer:
                 return ERROR, f"rank {rank} already joined (from {self._served[rank]}): duplicate RANK?".encode()
             self._served[rank] = peer[0]
         return OK, self._payload
+
+    def wait(self) -> List[int]:
+        """Wait until every rank was served, or the timeout passed or :meth:`close` was called;
+        return the ranks not served (empty: all were)."""
+        self._done.wait(max(0.0, self._deadline - time.monotonic()) + 1.0)
+        with self._lock:
+            return [r for r in range(1, self._world_size) if r not in self._served]
 
     @property
     def finished(self) -> bool:

@@ -101,7 +101,7 @@ def test_detect_slurm() -> None:
     env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2",
            "SLURM_JOB_ID": "987654", "SLURM_LAUNCH_NODE_IPADDR": "10.9.8.7", "SLURM_NODEID": "1"}
     info = detect_launch(env)
-    assert info == LaunchInfo(3, 4, 1, 2, "10.9.8.7", slurm_port("987654"), "slurm")
+    assert info == LaunchInfo(3, 4, 1, 2, "10.9.8.7", slurm_port("987654"), "slurm", "987654")
     assert DEFAULT_PORT < info.master_port <= DEFAULT_PORT + 20000
     # Every rank of the job derives the same address and port; another job another port.
     other_rank = detect_launch({**env, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"})
@@ -125,13 +125,48 @@ def test_detect_slurm_overrides_and_fallbacks() -> None:
 def test_detect_open_mpi() -> None:
     env = {"OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "PMIX_NAMESPACE": "prterun-host-1234@1", "MASTER_ADDR": "10.0.0.5"}
-    assert detect_launch(env) == LaunchInfo(6, 8, 2, 4, "10.0.0.5", slurm_port("prterun-host-1234@1"), "openmpi")
+    assert detect_launch(env) == LaunchInfo(6, 8, 2, 4, "10.0.0.5", slurm_port("prterun-host-1234@1"), "openmpi",
+                                            "prterun-host-1234@1")
 
 
 def test_detect_mpich_pmi() -> None:
     env = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2",
            "PMI_KVSNAME": "kvs_4321_0"}
-    assert detect_launch(env) == LaunchInfo(1, 2, 1, 2, "127.0.0.1", slurm_port("kvs_4321_0"), "pmi")
+    assert detect_launch(env) == LaunchInfo(1, 2, 1, 2, "127.0.0.1", slurm_port("kvs_4321_0"), "pmi", "kvs_4321_0")
+
+
+def test_concurrent_jobs_get_their_own_job_id() -> None:
+    # Slurm: the steps of one allocation share SLURM_JOB_ID; the step id tells them apart.
+    step = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42"}
+    ids = {detect_launch({**step, "SLURM_STEP_ID": s}).job_id for s in ("0", "1")}
+    assert ids == {"42.0", "42.1"}
+    assert len({detect_launch({**step, "SLURM_STEP_ID": s}).master_port for s in ("0", "1")}) == 2
+    # MPICH's Hydra names no job: on one node, the proxy process it runs the ranks under stands in;
+    # outside one (as here), nothing does.
+    hydra = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+    assert detect_launch(hydra).job_id == "" and detect_launch(hydra).master_port == DEFAULT_PORT
+
+
+def test_two_mpich_jobs_at_once_stay_apart(tmp_path: Path) -> None:
+    """Two 2-rank jobs under MPICH's mpiexec, started together: each all-reduces its own values."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time, warnings
+        import numpy as np, hcclpy
+        warnings.simplefilter("ignore")
+        comm = hcclpy.init(timeout=30)
+        value = float(sys.argv[1])
+        sys.stdout.write(f"{comm.all_reduce(np.array([value]))[0]}\\n")  # one write: the ranks share stdout
+        hcclpy.shutdown()
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    env.update(HCCLPY_BACKEND="sim", HCCL_CONNECT_TIMEOUT="30")
+    jobs = [subprocess.Popen([*ranks.launcher("mpiexec", 2), str(script), value], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for value in ("100", "1")]
+    outputs = [job.communicate(timeout=PROCESS_TIMEOUT) for job in jobs]
+    for job, (out, err), want in zip(jobs, outputs, ("200.0", "2.0")):
+        assert job.returncode == 0, err[-2000:]
+        assert out.split() == [want, want], (out, err[-2000:])
 
 
 def test_detect_none() -> None:
@@ -148,7 +183,11 @@ def test_detect_precedence_and_partial_variables() -> None:
     # A launcher counts only with both rank and size; empty values count as unset.
     assert detect_launch({"RANK": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).launcher == "slurm"
     assert detect_launch({"RANK": "", "WORLD_SIZE": "", "PMI_RANK": "0", "PMI_SIZE": "1"}).launcher == "pmi"
-    assert detect_launch({"WORLD_SIZE": "4"}).launcher == "none"
+    # Half a pair with no launcher complete: every process would run alone, so it is refused.
+    for env in ({"WORLD_SIZE": "4"}, {"RANK": "1"}, {"PMI_RANK": "1"}, {"OMPI_COMM_WORLD_SIZE": "2"}):
+        with pytest.raises(ValueError, match=r"environment variable \w+='\d' is set but \w+ is not"):
+            detect_launch(env)
+    assert detect_launch({"SLURM_PROCID": "0"}).launcher == "none"  # a Slurm batch script, outside srun
     assert detect_launch({"RANK": " 3 ", "WORLD_SIZE": "4"}).rank == 3
 
 
@@ -250,6 +289,7 @@ def test_init_rejects_bad_arguments(clean_env: pytest.MonkeyPatch, kwargs: Dict[
     ({"world_size": 2, "mpi_comm": object()}, TypeError, r"mpi_comm must be an mpi4py communicator .*got object"),
     ({"world_size": 2, "store_path": "/nonexistent/root.info"}, FileNotFoundError,
      r"store_path='/nonexistent/root.info': its directory does not exist"),
+    ({"world_size": 2, "store_path": "/tmp"}, IsADirectoryError, r"store_path='/tmp' is a directory"),
 ])
 def test_init_rejects_bad_exchange_arguments(clean_env: pytest.MonkeyPatch, kwargs: Dict[str, Any], error: type,
                                              pattern: str) -> None:
@@ -273,6 +313,51 @@ def test_init_rejects_bad_environment(clean_env: pytest.MonkeyPatch) -> None:
 def test_missing_rank_table_file_variable_is_ignored(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("RANK_TABLE_FILE", str(tmp_path / "no-such-table.json"))
     assert hcclpy.init().size == 1
+
+
+def test_a_rank_table_in_the_environment_does_not_hold_up_a_single_process(clean_env: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    # RANK_TABLE_FILE is often exported on CANN hosts; a script run without a launcher runs alone.
+    clean_env.setenv("RANK_TABLE_FILE", str(write_rank_table(tmp_path / "two.json", [[0, 1]])))
+    assert hcclpy.init().size == 1
+
+
+def test_a_rank_table_must_list_the_world_size(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    table = str(write_rank_table(tmp_path / "two.json", [[0, 1]]))
+    with pytest.raises(ValueError, match=r"the rank table .*two\.json lists 2 ranks but world_size is 3"):
+        hcclpy.init(rank=0, world_size=3, rank_table=table)
+    clean_env.setenv("RANK_TABLE_FILE", table)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "4")):
+        clean_env.setenv(name, value)
+    with pytest.raises(ValueError, match="lists 2 ranks but world_size is 4"):
+        hcclpy.init()
+    assert world() is None
+
+
+def test_init_takes_rank_and_size_from_mpi_comm(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name, value in (("RANK", "1"), ("WORLD_SIZE", "2")):  # the launcher's world, not mpi_comm's
+        clean_env.setenv(name, value)
+    alone = FakeMpiComm(0, str(tmp_path / "bcast"), 1)  # a sub-communicator of one rank
+    assert (hcclpy.init(mpi_comm=alone).rank, world().size) == (0, 1)
+    hcclpy.shutdown()
+    with pytest.raises(ValueError, match=r"rank=1 and world_size=None differ from mpi_comm's rank 0 of 2"):
+        hcclpy.init(rank=1, mpi_comm=FakeMpiComm(0, str(tmp_path / "bcast"), 2))
+    assert world() is None
+
+
+def test_rank_0_waits_for_the_others_within_timeout(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("MASTER_PORT", str(free_port()))
+    with pytest.raises(hcclpy.CommTimeoutError, match=r"rank\(s\) \[1, 2\] did not reach the rendezvous .* 0\.5 s"):
+        hcclpy.init(rank=0, world_size=3, timeout=0.5)
+    assert world() is None
+
+
+def test_rank_0_removes_the_root_info_file_when_the_job_fails(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("HCCL_CONNECT_TIMEOUT", "1")  # rank 1 never comes: forming the communicator fails
+    path = tmp_path / "root_info"
+    with pytest.raises(hcclpy.HcclError):
+        hcclpy.init(rank=0, world_size=2, store_path=str(path), timeout=5)
+    assert not path.exists(), "a later run would read this job's root info"
 
 
 def test_init_from_a_one_rank_table(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -322,12 +407,18 @@ def write_rank_table(path: Path, servers: List[List[int]]) -> Path:
 
 
 class FakeMpiComm:
-    """The one method of an mpi4py communicator ``init`` uses, over a file: the root's ``bcast``
+    """The methods of an mpi4py communicator ``init`` uses, ``bcast`` over a file: the root's
     publishes the object's bytes, the others wait for them."""
 
-    def __init__(self, rank: int, path: str) -> None:
-        self.rank, self.path = rank, path
+    def __init__(self, rank: int, path: str, size: int) -> None:
+        self.rank, self.path, self.size = rank, path, size
         self.calls: List[tuple] = []
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.rank
+
+    def Get_size(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.size
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         self.calls.append((type(obj).__name__, len(obj) if isinstance(obj, bytes) else None, root))
@@ -358,7 +449,7 @@ def _init_rank(rank: int, size: int, info: bytes, how: str, env: Mapping[str, st
     elif how == "rank_table_env":
         os.environ["RANK_TABLE_FILE"] = where
     elif how == "mpi":
-        fake = kwargs["mpi_comm"] = FakeMpiComm(rank, where)
+        fake = kwargs["mpi_comm"] = FakeMpiComm(rank, where, size)
     comm = hcclpy.init(**kwargs)
     try:
         assert world() is comm

@@ -432,13 +432,12 @@ def test_job_token_with_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_derived_job_token_separates_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HCCLPY_RENDEZVOUS_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "PMI_KVSNAME"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)
     base = job_token("10.0.0.1", 29500)
     assert len(base) == 32 and base == job_token("10.0.0.1", 29500)
     assert len({base, job_token("10.0.0.2", 29500), job_token("10.0.0.1", 29501)}) == 3
-    monkeypatch.setenv("SLURM_JOB_ID", "1234")
-    assert job_token("10.0.0.1", 29500) != base
+    # The launcher's job id (LaunchInfo.job_id) separates jobs on one address and port.
+    assert len({base, job_token("10.0.0.1", 29500, "1234.0"), job_token("10.0.0.1", 29500, "1234.1")}) == 3
 
 
 def test_client_rejects_an_untrusted_reply_size() -> None:
