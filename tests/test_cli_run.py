@@ -369,6 +369,163 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
         launcher.kill()
 
 
+# ------------------------------------------------- what the ranks start ends with the job
+
+def helper_pids(stdout: str) -> List[int]:
+    """The pids the ranks printed as ``helper PID``, in rank order."""
+    return [int(line.split()[1]) for _, lines in sorted(by_rank(stdout).items()) for line in lines
+            if line.startswith("helper ")]
+
+
+def kill_leftovers(pids: Sequence[int], name: str) -> None:
+    """SIGKILL those of ``pids`` still running ``name``: a failing test must not leave them behind."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as handle:
+                if handle.read().strip() != name or not alive(pid):
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+
+
+def test_processes_started_by_ranks_that_succeed_are_stopped(tmp_path):
+    body = """
+        import subprocess
+        helper = subprocess.Popen(["sleep", "777"])  # holds the rank's output pipes too
+        print("helper", helper.pid)
+    """
+    pids: List[int] = []
+    try:
+        result = hcclpy_run("-n", "2", script(tmp_path, body))
+        pids = helper_pids(result.stdout)
+        assert result.returncode == 0, result.stderr
+        assert len(pids) == 2, result.stdout
+        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+    finally:
+        kill_leftovers(pids, "sleep")
+
+
+def test_processes_started_by_a_failed_rank_are_stopped(tmp_path):
+    # Rank 0 fails once rank 1 runs: rank 1 is stopped as before, and rank 0's helper, whose rank
+    # had already exited, with it.
+    body = f"""
+        import os, subprocess, sys, time
+        helper = subprocess.Popen(["sleep", "777"])
+        print("helper", helper.pid)
+        ready = os.path.join({str(tmp_path)!r}, "ready.1")
+        if os.environ["RANK"] == "1":
+            open(ready, "w").close()
+            time.sleep(60)
+        for _ in range(600):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.05)
+        sys.exit(3)
+    """
+    pids: List[int] = []
+    try:
+        result = hcclpy_run("-n", "2", script(tmp_path, body))
+        pids = helper_pids(result.stdout)
+        assert result.returncode == 3, result.stderr
+        assert "rank 0 exited with code 3" in result.stderr
+        assert len(pids) == 2, result.stdout
+        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+    finally:
+        kill_leftovers(pids, "sleep")
+
+
+def test_processes_started_by_ranks_are_stopped_with_the_launcher(tmp_path):
+    # A signal to the launcher: rank 1 is running, rank 0 has exited, both helpers are stopped.
+    body = f"""
+        import os, subprocess, time
+        rank = os.environ["RANK"]
+        helper = subprocess.Popen(["sleep", "777"])
+        print("helper", helper.pid)
+        open(os.path.join({str(tmp_path)!r}, "ready." + rank), "w").close()
+        if rank == "1":
+            time.sleep(60)
+    """
+    launcher = start_run("-n", "2", script(tmp_path, body))
+    pids: List[int] = []
+    try:
+        wait_for_files([tmp_path / f"ready.{r}" for r in range(2)])
+        launcher.send_signal(signal.SIGTERM)
+        stdout, stderr = launcher.communicate(timeout=TIMEOUT)
+        pids = helper_pids(stdout)
+        assert launcher.returncode == 128 + signal.SIGTERM, stderr
+        assert len(pids) == 2, stdout
+        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+    finally:
+        launcher.kill()
+        kill_leftovers(pids, "sleep")
+
+
+def test_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    body = f"""
+        import os, subprocess, sys, time
+        ready = os.path.join({str(tmp_path)!r}, "ready")
+        helper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                   f"open({{ready!r}}, 'w').close(); time.sleep(777)"])
+        for _ in range(600):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.05)
+        print("helper", helper.pid)
+    """
+    pids: List[int] = []
+    try:
+        result = hcclpy_run("-n", "1", "--grace", "1", script(tmp_path, body))
+        pids = helper_pids(result.stdout)
+        assert result.returncode == 0, result.stderr
+        assert "processes of rank(s) 0 still running after 1 s; sending SIGKILL" in result.stderr
+        assert len(pids) == 1 and not alive(pids[0]), "the helper outlived the job"
+    finally:
+        kill_leftovers(pids, "python")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_process_writing_without_end_does_not_hold_the_launcher(tmp_path, code):
+    # `yes` keeps the rank's stdout pipe full: the launcher must neither drain it forever nor
+    # leave it running. The subprocess timeout makes a hang a failure.
+    pid_file = tmp_path / "yes.pid"
+    body = f"""
+        import subprocess, sys
+        writer = subprocess.Popen(["yes"])
+        open({str(pid_file)!r}, "w").write(str(writer.pid))
+        sys.exit({code})
+    """
+    pids: List[int] = []
+    try:
+        result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "1", script(tmp_path, body)],
+                                capture_output=True, timeout=TIMEOUT)
+        pids = [int(pid_file.read_text())]
+        assert result.returncode == code, result.stderr
+        assert not alive(pids[0]), "the writer outlived the job"
+    finally:
+        kill_leftovers(pids, "yes")
+
+
+def test_writer_outside_the_ranks_group_does_not_hold_the_launcher(tmp_path):
+    # No signal of the launcher reaches a process in a session of its own: the bounded drain
+    # lets the launcher return, and closing the pipe cuts the writer off.
+    pid_file = tmp_path / "yes.pid"
+    body = f"""
+        import subprocess
+        writer = subprocess.Popen(["yes"], start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(writer.pid))
+    """
+    pids: List[int] = []
+    try:
+        result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "1", script(tmp_path, body)],
+                                capture_output=True, timeout=TIMEOUT)
+        pids = [int(pid_file.read_text())]
+        assert result.returncode == 0, result.stderr
+    finally:
+        kill_leftovers(pids, "yes")
+
+
 # ------------------------------------------------------------------------- with hcclpy itself
 
 def test_two_simulated_nodes_form_one_world():

@@ -26,12 +26,19 @@ split by another rank's. ``PYTHONUNBUFFERED=1`` is set unless already set, so li
 they are printed.
 
 Ending: the launcher exits with 0 when every rank does. When a rank exits with a non-zero code or
-is killed, the others are stopped (SIGTERM to each rank's process group, SIGKILL after
-``--grace`` seconds) and the launcher exits with that rank's code (``128 + n`` for signal ``n``).
-SIGINT and SIGTERM sent to the launcher are forwarded to every rank (a second one kills them);
-the launcher then exits with ``128 + n``. ``--timeout`` stops everything after that many seconds
-and exits with 124. If the launcher itself is killed, the kernel kills the ranks (Linux
-parent-death signal), so nothing is left running.
+is killed, the others are stopped and the launcher exits with that rank's code (``128 + n`` for
+signal ``n``). SIGINT and SIGTERM sent to the launcher are forwarded to every rank (a second one
+kills them); the launcher then exits with ``128 + n``. ``--timeout`` stops everything after that
+many seconds and exits with 124. Stopping signals the process group of every rank, of the ranks
+that already exited too: SIGTERM (or the forwarded signal), then SIGKILL to whatever is left after
+``--grace`` seconds. However the job ends, once the last rank has exited the launcher stops the
+processes the ranks started in the same way (showing their output meanwhile) and goes on when
+none is left, at the latest a second after the SIGKILL; it then reads at most 1 MiB more from
+each pipe and closes it. So no process that stays in its rank's process group outlives the job;
+one that leaves it (``setsid``, ``setpgid``, a daemon) is not reached, and loses the rank's output
+when the pipe closes. If the launcher itself is killed with SIGKILL, the kernel kills the ranks
+(Linux parent-death signal), but the processes the ranks started keep running: nothing is left
+to stop them.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import _numbers
 
@@ -69,7 +76,9 @@ FOREIGN_RANK_VARIABLES = (
 _READ_SIZE = 1 << 16
 _MAX_PENDING = 1 << 16  # a longer unterminated line is shown in pieces of this size
 _POLL = 0.05  # seconds between checks of the children while no output arrives
-_DRAIN = 1.0  # seconds to wait for output still in flight once every rank has exited
+_DRAIN_LIMIT = 1 << 20  # bytes read from a pipe once the job has ended (Linux's largest pipe by default):
+# a writer outside the rank's process group, which no signal of ours reaches, cannot hold the launcher
+_KILL_WAIT = 1.0  # seconds to wait for processes to vanish after the final SIGKILL
 
 
 # ------------------------------------------------------------------------------ command line
@@ -284,16 +293,21 @@ def _binary(stream: Any) -> Tuple[BinaryIO, str]:
 
 @dataclass
 class _Child:
+    """One rank. Its process is reaped only when the launch closes: until then it stays a zombie
+    once it exits, so its pid, which is its process group's id too, cannot be given to another
+    process, and a signal to the group cannot reach a stranger's."""
+
     rank: int
     proc: "subprocess.Popen[bytes]"
-    returncode: Optional[int] = None
+    returncode: Optional[int] = None  # once it has exited
+    done: bool = False  # its process group holds nothing more to stop: send it no more signals
 
 
 class _Launch:
     """The ranks of one launch, their output pipes, and how the launch is ending.
 
     The signal handler (:meth:`on_signal`) runs on the main thread between two steps of
-    :meth:`wait`, so the state needs no lock.
+    :meth:`wait` or :meth:`close`, so the state needs no lock.
     """
 
     def __init__(self, grace: float, prefix: bool) -> None:
@@ -345,15 +359,14 @@ class _Launch:
         return [child for child in self.children if child.returncode is None]
 
     def send(self, signum: int) -> None:
-        """Send ``signum`` to the process group of every rank still running."""
-        for child in self.running():
-            try:
-                os.killpg(child.proc.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """Send ``signum`` to the process group of every rank, the ranks that exited too: what a
+        rank started (in its group) stops with the job, whether the rank is still there or not."""
+        for child in self.children:
+            if not child.done:
+                _signal_group(child.proc.pid, signum)
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Send ``signum`` to every rank now, SIGKILL after the grace period."""
+        """Send ``signum`` to every rank's process group now, SIGKILL after the grace period."""
         self.stopping = True
         self.send(signum)
         if self.kill_at is None:
@@ -369,10 +382,10 @@ class _Launch:
     # -- waiting
 
     def wait(self, timeout: Optional[float]) -> None:
-        """Show the ranks' output until all have exited, stopping them on a failure or at ``timeout``."""
+        """Show the ranks' output until all have exited, stopping them on a failure or at ``timeout``
+        (what they leave behind is :meth:`close`'s to stop)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        drain_until: Optional[float] = None
-        while True:
+        while self.running():
             now = time.monotonic()
             pause = min(t - now for t in (now + _POLL, deadline, self.kill_at) if t is not None)
             self._show_output(max(0.0, pause))
@@ -387,10 +400,6 @@ class _Launch:
                     _message(f"{len(self.running())} rank(s) still running after {self.grace:g} s; sending SIGKILL")
                     self.send(signal.SIGKILL)
                 self.kill_at = None
-            if not self.running():
-                drain_until = drain_until or now + _DRAIN
-                if not self.selector.get_map() or now >= drain_until:
-                    return
 
     def _show_output(self, timeout: float) -> None:
         if not self.selector.get_map():
@@ -401,7 +410,7 @@ class _Launch:
 
     def _reap(self) -> None:
         for child in self.running():
-            code = child.proc.poll()
+            code = _exit_code(child.proc)
             if code is None:
                 continue
             child.returncode = code
@@ -413,19 +422,95 @@ class _Launch:
                 self.stop()
 
     def close(self) -> None:
-        """Show what the pipes still hold and close them; kill ranks left running (after an error here)."""
-        for key in list(self.selector.get_map().values()):  # held open by processes the ranks left behind
-            if not _read(self.selector, key, drain=True):
+        """End the launch: stop what the ranks left running (SIGTERM to every rank's process group,
+        SIGKILL after the grace period), show what the pipes still hold, close them, reap the ranks."""
+        try:
+            self.stop()
+            self._await_groups()
+        finally:
+            self.send(signal.SIGKILL)  # what an error here left, or what resisted the SIGKILL so far
+            self._drain()
+            for child in self.children:
+                child.done = True  # once reaped, its group's id may be given to another process
+                child.proc.wait()
+
+    def _await_groups(self) -> None:
+        """Show output until no rank's process group holds a live process; at ``kill_at`` SIGKILL
+        what is left, and give it ``_KILL_WAIT`` seconds to vanish."""
+        give_up: Optional[float] = None
+        while True:
+            live = _live_groups(child.proc.pid for child in self.children if not child.done)
+            for child in self.children:
+                child.done = child.done or child.proc.pid not in live
+            now = time.monotonic()
+            if not live or (give_up is not None and now >= give_up):
+                return
+            if give_up is None and (self.kill_at is None or now >= self.kill_at):
+                ranks = ", ".join(str(child.rank) for child in self.children if not child.done)
+                _message(f"processes of rank(s) {ranks} still running after {self.grace:g} s; sending SIGKILL")
+                self.send(signal.SIGKILL)
+                give_up = now + _KILL_WAIT
+            until = give_up if give_up is not None else self.kill_at
+            self._show_output(max(0.0, min(_POLL, until - now)))
+
+    def _drain(self) -> None:
+        """Show what the pipes still hold and close them."""
+        for key in list(self.selector.get_map().values()):
+            if not _read(self.selector, key, drain=True):  # still open: a writer outside the rank's group
                 _close(self.selector, key)
         self.selector.close()
-        for child in self.running():
-            child.proc.kill()
-            child.proc.wait()
 
     def exit_status(self) -> int:
         if self.status is not None:
             return self.status
         return 128 + self.signal if self.signal is not None else 0
+
+
+def _exit_code(proc: "subprocess.Popen[bytes]") -> Optional[int]:
+    """``proc``'s return code once it has exited, else None, leaving it a zombie (see :class:`_Child`)."""
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (AttributeError, ChildProcessError):  # no waitid, or already reaped: poll() knows
+        return proc.poll()
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; return whether the group exists (and is ours)."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _live_groups(pgids: Iterable[int]) -> Set[int]:
+    """Those of the process groups ``pgids`` that hold a process other than a zombie.
+
+    Read from /proc: ``killpg(pgid, 0)`` counts zombies too, the unreaped rank itself and the
+    orphans it leaves under an init that never reaps them (as some containers' does)."""
+    wanted = set(pgids)
+    if not wanted:
+        return set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc: the zombies keep a group alive until the grace period ends
+        return {pgid for pgid in wanted if _signal_group(pgid, 0)}
+    live: Set[int] = set()
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+            state, _ppid, pgrp = stat[stat.rindex(b")") + 2:].split(maxsplit=3)[:3]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        if state not in (b"Z", b"X") and int(pgrp) in wanted:
+            live.add(int(pgrp))
+    return live
 
 
 def _message(text: str) -> None:
@@ -445,7 +530,7 @@ def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Option
     timeout
         Seconds after which every rank is stopped; None waits as long as they run.
     grace
-        Seconds between SIGTERM and SIGKILL when stopping ranks.
+        Seconds between SIGTERM and SIGKILL when stopping ranks and the processes they started.
     prefix
         Prefix each output line with ``[rank] ``; False lets the ranks write to the launcher's
         stdout and stderr directly.
@@ -476,16 +561,20 @@ def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Option
         state.start(command, ranks, env)
         state.wait(timeout)
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        state.close()
+        try:
+            state.close()  # under our handlers: a signal now hastens the end rather than interrupting it
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     return state.exit_status()
 
 
 def _read(selector: selectors.BaseSelector, key: selectors.SelectorKey, *, drain: bool = False) -> bool:
-    """Show what a rank's pipe holds (once, or with ``drain`` until it is empty); close it at EOF.
-    Return whether it was closed."""
-    while True:
+    """Show what a rank's pipe holds (once, or with ``drain`` until it is empty or ``_DRAIN_LIMIT``
+    bytes were read: a writer that keeps writing would keep it from ever being empty); close it at
+    EOF. Return whether it was closed."""
+    left = _DRAIN_LIMIT
+    while left > 0:
         try:
             data = os.read(key.fd, _READ_SIZE)
         except BlockingIOError:
@@ -496,8 +585,10 @@ def _read(selector: selectors.BaseSelector, key: selectors.SelectorKey, *, drain
             _close(selector, key)
             return True
         key.data.feed(data)
+        left -= len(data)
         if not drain:
             return False
+    return False
 
 
 def _close(selector: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
