@@ -4,11 +4,15 @@ nccl-tests, JSON / CSV / plot files are written, and wrong results are counted."
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
-from typing import Any, List
+import time
+from pathlib import Path
+from typing import Any, Callable, List, Tuple
 
 import numpy as np
 import pytest
@@ -18,8 +22,10 @@ from hypothesis import strategies as st
 import hcclpy
 import ranks
 from hcclpy._units import format_bytes, parse_bytes
+from hcclpy.bench import report
 from hcclpy.bench.cases import OPERATIONS, make_case
 from hcclpy.bench.measure import iterations, sizes
+from hcclpy.cli import bench as bench_cli
 from hcclpy.types import DataType, ReduceOp
 
 TIMEOUT = 120
@@ -104,11 +110,67 @@ def test_one_rank_without_a_launcher() -> None:
     # With -g the ranks are not started at all: no rank fails, no launcher message.
     (["all_reduce", "-g", "2", "-b", "64", "-e", "8"], "empty"),
     (["broadcast", "-g", "2", "-r", "2"], "root must be a rank (0..1)"),
+    (["scatter", "-g", "2", "-r", "5"], "-r 5: the root must be a rank (0..1)"),
+    # A factor that is not a finite number of at least 1 (1: step by -i, as nccl-tests)
+    (["all_reduce", "-f", "inf"], "-f inf: the factor between sizes must be a finite number above 1"),
+    (["all_reduce", "-f", "nan"], "-f nan: the factor between sizes must be a finite number above 1"),
+    (["all_reduce", "-f", "-2", "-i", "8"], "-f -2: the factor"),
+    (["all_reduce", "-f", "0.5", "-i", "8"], "-f 0.5: the factor"),
+    (["all_reduce", "-g", "2", "-f", "0"], "-f 0: the factor"),
+    (["all_reduce", "-f", "1"], "-f 1 -i 0: sizes need a factor above 1 (-f) or, with -f 1, a positive step (-i)"),
+    # Output files that could not be written, refused before the benchmark rather than after it
+    (["all_reduce", "--json", "/nonexistent/x.json"],
+     "--json /nonexistent/x.json: cannot write it: the directory /nonexistent does not exist"),
+    (["all_reduce", "-g", "2", "--csv", "/nonexistent/dir/x.csv"],
+     "--csv /nonexistent/dir/x.csv: cannot write it: the directory /nonexistent/dir does not exist"),
+    (["all_reduce", "--json", "/"], "--json /: cannot write it: it is a directory"),
 ])
 def test_bad_arguments(args: List[str], message: str) -> None:
     result = bench(*args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
-    assert "exited" not in result.stderr, result.stderr
+    assert "exited" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == "", result.stdout  # nothing was measured
+
+
+@pytest.mark.parametrize("ranks", [[], ["-g", "2"]])
+def test_a_plot_matplotlib_cannot_write_is_refused_before_the_benchmark(ranks: List[str], tmp_path: Any) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "out.txt"
+    result = bench("all_reduce", *ranks, "-b", "8", "-e", "8", "-n", "2", "--plot", str(plot))
+    assert result.returncode == 2, result.stderr
+    assert f"--plot {plot}: cannot write it: matplotlib cannot write .txt files" in result.stderr, result.stderr
+    assert ".png" in result.stderr and "Traceback" not in result.stderr and result.stdout == ""
+    assert not plot.exists()
+
+
+def test_output_checks(tmp_path: Any) -> None:
+    report.check_output(str(tmp_path / "new.json"))  # a new file in an existing directory
+    with pytest.raises(ValueError, match="does not exist"):
+        report.check_output(str(tmp_path / "missing" / "x.csv"))
+    with pytest.raises(ValueError, match="is a directory"):
+        report.check_output(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # checking creates nothing
+    if _has_matplotlib():
+        report.check_plot(str(tmp_path / "plot.svg"))
+        report.check_plot(str(tmp_path / "plot"))  # matplotlib writes plot.png
+        with pytest.raises(ValueError, match=r"cannot write \.csv files"):
+            report.check_plot(str(tmp_path / "plot.csv"))
+        with pytest.raises(ValueError, match="does not exist"):
+            report.check_plot(str(tmp_path / "missing" / "plot.png"))
+
+
+def _has_matplotlib() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.mark.parametrize("ranks", [[], ["-g", "2"]])
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_root_is_ignored_by_operations_without_one(ranks: List[str]) -> None:
+    # As nccl-tests: -r applies to reduce, broadcast and scatter; the table shows root -1 for the others.
+    result = bench("all_reduce", *ranks, "-r", "3", "-b", "8", "-e", "8", "-n", "2", "-w", "1")
+    assert result.returncode == 0, result.stderr
+    row = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(row) == 1 and row[0].split()[4] == "-1", result.stdout
 
 
 @given(number=st.integers(0, 1 << 40), unit=st.sampled_from(["", "B", "K", "kb", "KiB", "M", "m", "MiB", "G", "GB"]))
@@ -153,6 +215,17 @@ def test_sizes_and_iterations() -> None:
         sizes(8, 64, 1, 0)
 
 
+@pytest.mark.parametrize("factor", [float("nan"), float("inf"), float("-inf"), 0.0, 0.5, -2.0])
+def test_a_factor_that_is_not_a_finite_number_of_at_least_1_is_refused(factor: float) -> None:
+    with pytest.raises(ValueError, match=f"-f {factor:g}: the factor between sizes must be a finite number"):
+        sizes(8, 64, factor, 8)  # a step does not save it: only a factor of 1 steps by -i
+
+
+def test_sizes_with_large_and_fractional_factors() -> None:
+    assert sizes(8, 1 << 40, 1e308, 0) == [8]  # 8e308 is inf: the next size is past the end, not an error
+    assert sizes(43, 64, 1.5, 0) == [43, 64]  # 64.5 truncates to 64, still in range
+    assert sizes(8, 12, 1.1, 0) == [8, 9, 10, 11, 12]  # a size the factor does not grow grows by one byte
+    assert sizes(8, 30, 1, 7) == [8, 15, 22, 29]
 
 
 @pytest.mark.parametrize("given, shown", [("bfloat16", "bfp16"), ("half", "fp16"), ("Float", "fp32"),
@@ -173,3 +246,132 @@ def test_hccl_test_table_follows_the_nccl_tests_one() -> None:
     rows = [line.split("|") for line in lines[start + 1:]]
     assert [int(r[0]) for r in rows] == [8, 16, 32] and all(r[3].strip() == "success" for r in rows), lines
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
+
+
+# ------------------------------------------------------------------------------- signals, -g N
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves behind, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _descendants(pid: int) -> List[int]:
+    """The running processes under ``pid`` (children, grandchildren...), from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                pass
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return [child for child in found if _alive(child)]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    return _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
+
+
+def _measuring_ranks(pids: List[int]) -> List[int]:
+    """Those of ``pids`` that run ``hcclpy bench`` and have loaded HCCL (they are in hcclpy.init or
+    past it, not starting up)."""
+    return [pid for pid in pids if "bench" in _cmdline(pid) and "libhccl" in _read(f"/proc/{pid}/maps")]
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _start_long_bench(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:
+    """``hcclpy bench -g 2`` with calls enough for hours, once both ranks measure; with the pids
+    of the launcher it started and of the ranks."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "hcclpy", "bench", "all_reduce", "-g", "2", "-b", "8", "-e", "8",
+                                 "-n", "50000000"], stdout=out, stderr=err, env=env, start_new_session=True)
+    ok = _wait_for(lambda: len(_measuring_ranks(_descendants(proc.pid))) == 2 or proc.poll() is not None)
+    pids = _descendants(proc.pid)
+    if not ok or proc.poll() is not None:
+        _kill(proc, pids)
+        pytest.fail(f"the ranks did not start: {(tmp_path / 'err').read_text()}")
+    return proc, pids
+
+
+def _kill(proc: subprocess.Popen, pids: List[int]) -> None:
+    """SIGKILL what a test left running: bench and the processes found under it (if still ours)."""
+    proc.kill()
+    proc.wait(timeout=TIMEOUT)
+    for pid in pids:
+        if _alive(pid) and "hcclpy" in _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
+    proc, pids = _start_long_bench(tmp_path)
+    try:
+        assert len(pids) == 3, pids  # the inner hcclpy run and its two ranks
+        proc.send_signal(signum)
+        proc.wait(timeout=TIMEOUT)
+        assert proc.returncode == 128 + signum, (tmp_path / "err").read_text()
+        assert _wait_for(lambda: not any(_alive(pid) for pid in pids), 30), \
+            f"left running: {[_cmdline(pid) for pid in pids if _alive(pid)]}"
+        assert "Traceback" not in (tmp_path / "err").read_text(), (tmp_path / "err").read_text()
+    finally:
+        _kill(proc, pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_the_ranks_of_g_die_with_a_killed_bench(tmp_path: Path) -> None:
+    proc, pids = _start_long_bench(tmp_path)
+    try:
+        proc.kill()  # SIGKILL: bench cannot forward anything
+        proc.wait(timeout=TIMEOUT)
+        assert _wait_for(lambda: not any(_alive(pid) for pid in pids), 30), \
+            f"left running: {[_cmdline(pid) for pid in pids if _alive(pid)]}"
+    finally:
+        _kill(proc, pids)
+
+
+def test_a_launcher_that_ignores_the_signal_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The wait after a signal is bounded: a launcher still running then is killed.
+    monkeypatch.setattr(bench_cli, "_STOP_WAIT", 0.5)
+    ready = tmp_path / "ready"
+    relaunch = bench_cli._Relaunch()
+    ignores_sigterm = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                       f"open({str(ready)!r}, 'w').close(); time.sleep(120)")
+    relaunch.start([sys.executable, "-c", ignores_sigterm])
+    try:
+        assert _wait_for(ready.exists), "the launcher did not start"
+        relaunch.on_signal(signal.SIGTERM, None)
+        assert relaunch.wait() == 128 + signal.SIGTERM
+        assert relaunch.proc.returncode == -signal.SIGKILL
+    finally:
+        relaunch.proc.kill()
+        relaunch.proc.wait(timeout=TIMEOUT)

@@ -7,6 +7,7 @@ mean over ranks, as nccl-tests' default, or the minimum or maximum) and add up t
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional
 
@@ -45,16 +46,28 @@ class Row:
 
 
 def sizes(minimum: int, maximum: int, factor: float, step: int) -> List[int]:
-    """The sizes from ``minimum`` to ``maximum``: times ``factor``, or plus ``step`` when factor is 0."""
+    """The sizes from ``minimum`` to ``maximum``: times ``factor`` when it is above 1, else (a factor
+    of 1, nccl-tests' "no factor") plus ``step``. A size the factor does not grow grows by one byte.
+
+    ValueError, naming the option (``-b``, ``-e``, ``-f``, ``-i``), for an empty range, a factor that
+    is not a finite number of at least 1 (a NaN would compare false everywhere and step one byte at
+    a time), or a factor of 1 without a positive step.
+    """
     if minimum < 0 or maximum < minimum:
-        raise ValueError(f"the size range {minimum}..{maximum} is empty or negative")
-    if factor <= 1 and step <= 0:
-        raise ValueError("sizes need a factor above 1 (-f) or a positive step (-i)")
+        raise ValueError(f"-b {minimum} -e {maximum}: the size range {minimum}..{maximum} is empty or negative")
+    if not (math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"-f {factor:g}: the factor between sizes must be a finite number above 1, or 1 to "
+                         "step by -i")
+    if factor == 1 and step <= 0:
+        raise ValueError(f"-f 1 -i {step}: sizes need a factor above 1 (-f) or, with -f 1, a positive step (-i)")
     out, size = [], minimum
     while size <= maximum:
         out.append(size)
-        following = int(size * factor) if factor > 1 else size + step
-        size = following if following > size else size + 1
+        grown = size * factor if factor > 1 else size + step
+        # Past maximum once truncated? Tested on the float: int() refuses the inf a huge factor gives.
+        if grown >= maximum + 1:
+            break
+        size = max(int(grown), size + 1)
     return out
 
 

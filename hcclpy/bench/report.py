@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from typing import Any, Dict, List, Optional, TextIO
 
 from .._units import format_bytes
 from .measure import Result, Row
 
-__all__ = ["average_busbw", "hccl_test_table", "table", "write_csv", "write_json", "write_plot"]
+__all__ = ["average_busbw", "check_output", "check_plot", "hccl_test_table", "table", "write_csv", "write_json",
+           "write_plot"]
 
 # hccl_test's names for the data types
 TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
@@ -64,6 +66,48 @@ def hccl_test_table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
         print(f"{row.size:<18}| {result.time_us:>12.2f}   | {result.algbw:>18.5f}   | {check}", file=out)
 
 
+def check_output(path: str) -> None:
+    """ValueError saying why ``path`` cannot be written: its directory is missing, it is a directory,
+    or it may not be written. Nothing is created: the check runs before the benchmark, so that a
+    wrong path fails at once rather than after the whole run."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"the directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise ValueError("it is a directory, not a file")
+    if not os.access(path if os.path.exists(path) else directory, os.W_OK):
+        raise ValueError("no permission to write it" if os.path.exists(path) else
+                         f"no permission to create a file in {directory}")
+
+
+def _matplotlib() -> Any:
+    """``matplotlib``, set to draw without a display; RuntimeError when it is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    return matplotlib
+
+
+def check_plot(path: str) -> None:
+    """ValueError when :func:`write_plot` could not write ``path``: matplotlib is missing, cannot
+    write the format its extension names, or :func:`check_output` refuses it. (Without an
+    extension matplotlib writes PNG to ``path.png``.)"""
+    try:
+        _matplotlib()
+    except RuntimeError:
+        raise ValueError("plotting needs matplotlib (pip install matplotlib)") from None
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if extension and extension not in formats:
+        raise ValueError(f"matplotlib cannot write .{extension} files; the extension must be one of "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    check_output(path if extension else path + ".png")
+
+
 def write_json(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
     with open(path, "w") as out:
         json.dump({**meta, "avg_busbw": average_busbw(rows), "rows": [row.as_dict() for row in rows]}, out, indent=1)
@@ -85,14 +129,10 @@ def write_csv(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
 
 def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
     """Bus bandwidth and time against size, log axes (needs matplotlib)."""
-    try:
-        import matplotlib
+    _matplotlib()
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-    except ImportError:
-        raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
     figure, (bandwidth, latency) = plt.subplots(1, 2, figsize=(11, 4))
     for placement in ("out_of_place", "in_place"):
         points = [(row.size, getattr(row, placement)) for row in rows if getattr(row, placement) is not None]

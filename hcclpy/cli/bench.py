@@ -8,18 +8,30 @@ without either it is a job of one rank::
     hcclpy run -n 4 -m hcclpy bench all_gather -d bfp16 --json out.json
     mpirun -n 8 python -m hcclpy bench reduce_scatter -o max
 
-The flags follow nccl-tests and hccl_test; sizes take K, M and G suffixes (powers of 1024).
+The flags follow nccl-tests and hccl_test; sizes take K, M and G suffixes (powers of 1024). As in
+nccl-tests, ``-r`` applies to the rooted operations (reduce, broadcast, scatter) and is ignored by
+the others, whose table shows root -1. Everything that can be checked without the ranks (sizes,
+factor, root, the ``--json`` / ``--csv`` / ``--plot`` files) is checked before any rank starts.
+
+With ``-g N``, SIGINT and SIGTERM are forwarded to the ``hcclpy run`` that starts the ranks, which
+stops them; bench waits for it (its grace period and 5 s more at most, then kills it) and exits with
+``128 + n`` for signal ``n`` (130, 143). If bench itself is killed, the kernel kills that launcher
+(Linux parent-death signal), and the launcher's ranks with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
-from typing import Any, List
+import threading
+import time
+from typing import Any, Dict, List, Optional
 
 from . import _numbers
+from .run import DEFAULT_GRACE, _exit_status, _parent_death_signal
 
 __all__ = ["add_parser", "run"]
 
@@ -30,6 +42,12 @@ _DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint
 # nccl-tests' names for the same types, and NumPy's, so that either command line works as it is.
 _DTYPE_ALIASES = {"half": "fp16", "float": "fp32", "double": "fp64", "bfloat16": "bfp16", "float16": "fp16",
                   "float32": "fp32", "float64": "fp64"}
+
+
+# Seconds bench waits, after forwarding a signal, for the inner launcher to stop its ranks: its
+# grace period between SIGTERM and SIGKILL, plus time to drain their output and exit.
+_STOP_WAIT = DEFAULT_GRACE + 5.0
+_POLL = 0.1  # seconds between checks of the inner launcher
 
 
 def _dtype(text: str) -> str:
@@ -50,14 +68,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
                         help="largest size (default 64M)")
     parser.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",
-                        help="factor between sizes (default 2)")
+                        help="factor between sizes, above 1 (default 2); 1 steps by -i instead, as nccl-tests")
     parser.add_argument("-i", "--stepbytes", type=_numbers.byte_size, default=0, metavar="SIZE",
                         help="fixed increment between sizes, with -f 1")
     parser.add_argument("-d", "--datatype", type=_dtype, choices=_DTYPES, default="fp32",
                         help="data type (default fp32); nccl-tests' half, float, double and bfloat16 work too")
     parser.add_argument("-o", "--op", choices=("sum", "prod", "max", "min"), default="sum",
                         help="reduction (default sum)")
-    parser.add_argument("-r", "--root", type=_numbers.non_negative_int, default=0, help="root rank (default 0)")
+    parser.add_argument("-r", "--root", type=_numbers.non_negative_int, default=0,
+                        help="root rank of reduce, broadcast and scatter (default 0); the others ignore it")
     parser.add_argument("-w", "--warmup_iters", type=_numbers.non_negative_int, default=5, metavar="N",
                         help="untimed calls per size (default 5)")
     parser.add_argument("-n", "--iters", type=_numbers.non_negative_int, default=0, metavar="N",
@@ -79,11 +98,74 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+class _Relaunch:
+    """The ``hcclpy run`` that ``-g N`` starts, and the signals bench received while it ran.
+
+    The signal handler (:meth:`on_signal`) runs on the main thread between two steps of
+    :meth:`wait`, so the state needs no lock.
+    """
+
+    def __init__(self) -> None:
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.signals: List[int] = []
+        self.kill_at: Optional[float] = None  # when a launcher still running gets SIGKILL
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """Forward ``signum`` (the launcher stops its ranks; a second one kills them)."""
+        self.signals.append(signum)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + _STOP_WAIT
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signum)  # does nothing once the launcher has exited
+
+    def start(self, command: List[str]) -> None:
+        """Start the launcher, unless a signal came first (then forward it once it is started)."""
+        if self.signals:
+            return
+        # A session of its own, as hcclpy run gives its ranks: a terminal's Ctrl-C reaches bench
+        # only, which forwards it once (a second SIGINT would make the launcher kill at once).
+        self.proc = subprocess.Popen(command, start_new_session=True, preexec_fn=_parent_death_signal())
+        for signum in self.signals:  # received while Popen ran, before self.proc was set
+            self._forward(signum)
+
+    def wait(self) -> int:
+        """Wait for the launcher (killing it ``_STOP_WAIT`` seconds after a signal); the exit status."""
+        if self.proc is None:  # a signal came before the launcher started
+            return 128 + self.signals[0]
+        while True:
+            try:
+                self.proc.wait(timeout=_POLL)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                print(f"hcclpy bench: the ranks' launcher is still running {_STOP_WAIT:g} s after the signal; "
+                      "killing it", file=sys.stderr, flush=True)
+                self.proc.kill()  # its ranks get SIGKILL too: their parent-death signal
+                self.proc.wait()
+                break
+        return 128 + self.signals[0] if self.signals else _exit_status(self.proc.returncode)
+
+
 def _launch_ranks(args: argparse.Namespace, argv: List[str]) -> int:
-    """Start ``args.ranks`` ranks of this command through ``hcclpy run``."""
+    """Start ``args.ranks`` ranks of this command through ``hcclpy run``, forwarding SIGINT and
+    SIGTERM to it; the launcher's exit status, or ``128 + n`` after signal ``n``."""
     command = [sys.executable, "-m", "hcclpy", "run", "-n", str(args.ranks), "--no-prefix",
                "--timeout", str(args.timeout + 60), "-m", "hcclpy", *argv]
-    return subprocess.call(command)
+    relaunch = _Relaunch()
+    handlers: Dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, relaunch.on_signal)
+    try:
+        relaunch.start(command)
+        return relaunch.wait()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def _without_ranks(argv: List[str]) -> List[str]:
@@ -114,11 +196,38 @@ def run(args: argparse.Namespace) -> int:
         byte_sizes = m.sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     except ValueError as exc:
         args.parser.error(str(exc))
+    _check_outputs(args)
     if args.ranks is not None and args.ranks > 1 and detect_launch().launcher == "none":
-        if args.root >= args.ranks:
-            args.parser.error(f"-r {args.root}: the root must be a rank (0..{args.ranks - 1})")
+        _check_root(args, args.ranks)
         return _launch_ranks(args, _without_ranks(args.argv))
-    return _measure(args, byte_sizes)
+    try:
+        return _measure(args, byte_sizes)
+    except KeyboardInterrupt:  # Ctrl-C, or the SIGINT a launcher forwards: a status, not a traceback
+        return 128 + signal.SIGINT
+
+
+def _check_root(args: argparse.Namespace, nranks: int) -> None:
+    """Refuse a ``-r`` that is not a rank, for the operations that have a root (the others ignore
+    it, as nccl-tests does)."""
+    from ..bench.cases import OPERATIONS
+
+    rooted = OPERATIONS[args.operation][2]
+    if rooted and args.root >= nranks:
+        args.parser.error(f"-r {args.root}: the root must be a rank (0..{nranks - 1})")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse ``--json``, ``--csv`` and ``--plot`` files that could not be written, before the
+    benchmark rather than after it."""
+    from ..bench import report
+
+    for option, path, check in (("--json", args.json, report.check_output), ("--csv", args.csv, report.check_output),
+                                ("--plot", args.plot, report.check_plot)):
+        if path:
+            try:
+                check(os.fspath(path))
+            except ValueError as exc:
+                args.parser.error(f"{option} {path}: cannot write it: {exc}")
 
 
 def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
@@ -130,8 +239,7 @@ def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
     op = ReduceOp[args.op.upper()]
     comm = hcclpy.init(timeout=args.timeout)
     try:
-        if args.root >= comm.size:
-            args.parser.error(f"-r {args.root}: the root must be a rank (0..{comm.size - 1})")
+        _check_root(args, comm.size)
         rows = m.measure(comm, args.operation, byte_sizes, dtype, op, args.root, warmup=args.warmup_iters,
                          iters=args.iters, check=bool(args.check), average=args.average, timeout=args.timeout)
         wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
