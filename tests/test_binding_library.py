@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import hcclpy
 
 _IMPORT_ROOT = str(Path(hcclpy.__file__).resolve().parent.parent)
@@ -54,3 +56,87 @@ def test_import_loads_nothing_until_asked() -> None:
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# --- explicit library paths and the simulator cache, as a fresh process sees them ----------------
+
+_SEARCH_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "HCCLPY_LIBASCENDCL", "HCCLPY_LIBHCCL",
+                     "HCCL_SO_PATH", "HCCLPY_BACKEND", "LD_LIBRARY_PATH")
+
+# Prints the backend and how libhccl.so was found, or the error that loading the libraries raised.
+_LOAD = ("import warnings, hcclpy\n"
+         "from hcclpy._ffi import SimulatorFallbackWarning\n"
+         "warnings.simplefilter('error', SimulatorFallbackWarning)\n"
+         "try:\n"
+         "    info = hcclpy.library_info()\n"
+         "except hcclpy.LibraryNotFoundError as exc:\n"
+         "    print('LibraryNotFoundError:', exc)\n"
+         "else:\n"
+         "    print(info['backend'], [lib['found_via'] for lib in info['libraries']])\n")
+
+
+def _load_in_child(**variables: str) -> str:
+    """What :data:`_LOAD` prints in a process whose library search sees only ``variables``."""
+    env = {k: v for k, v in os.environ.items() if k not in _SEARCH_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_IMPORT_ROOT, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _LOAD], env={**env, **variables}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("backend", ["auto", "cann"])
+@pytest.mark.parametrize("variable", ["HCCLPY_LIBASCENDCL", "HCCLPY_LIBHCCL", "HCCL_SO_PATH"])
+def test_an_override_naming_no_file_is_an_error(tmp_path, variable, backend):
+    # Not a fall back to the next candidate or to the simulator: the user asked for this file.
+    missing = str(tmp_path / "no" / "such.so")
+    out = _load_in_child(**{variable: missing, "HCCLPY_BACKEND": backend})
+    soname = "libascendcl.so" if variable == "HCCLPY_LIBASCENDCL" else "libhccl.so"
+    assert out.startswith(f"LibraryNotFoundError: {variable}={missing!r} cannot be used as {soname}: "
+                          "no such file."), out
+    assert "unset it" in out
+
+
+def test_an_override_that_does_not_load_is_an_error(sim_home, tmp_path):
+    junk = tmp_path / "libhccl.so"
+    junk.write_text("not a shared library\n")
+    out = _load_in_child(HCCLPY_LIBASCENDCL=str(sim_home / "lib64" / "libascendcl.so"), HCCLPY_LIBHCCL=str(junk))
+    assert out.startswith(f"LibraryNotFoundError: HCCLPY_LIBHCCL={str(junk)!r} cannot be used as libhccl.so: "
+                          "it does not load ("), out
+    assert out.count(str(junk)) >= 2  # the value, and the loader's own error naming the file
+
+
+def test_hccl_so_path_is_not_consulted_when_hcclpy_libhccl_is_set(sim_home):
+    lib64 = sim_home / "lib64"
+    out = _load_in_child(HCCLPY_LIBASCENDCL=str(lib64 / "libascendcl.so"), HCCLPY_LIBHCCL=str(lib64 / "libhccl.so"),
+                         HCCL_SO_PATH="/no/such/libhccl.so")
+    assert out == "sim ['HCCLPY_LIBASCENDCL', 'HCCLPY_LIBHCCL']"
+
+
+def test_an_override_without_the_other_library_does_not_fall_back(sim_home):
+    # libhccl.so is nowhere to be found (no CANN here): running the simulator would ignore the override.
+    acl = str(sim_home / "lib64" / "libascendcl.so")
+    out = _load_in_child(HCCLPY_LIBASCENDCL=acl)
+    assert out.startswith(f"LibraryNotFoundError: HCCLPY_LIBASCENDCL={acl!r} is set, but no usable libhccl.so was "
+                          "found to go with it, so hcclpy does not fall back to the simulator"), out
+    assert "libhccl.so (system loader):" in out
+
+
+def test_no_override_still_falls_back_to_the_simulator():
+    env = {k: v for k, v in os.environ.items() if k not in _SEARCH_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_IMPORT_ROOT, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", "import hcclpy; print(hcclpy.backend())"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "sim" and "SimulatorFallbackWarning" in done.stderr
+
+
+@pytest.mark.parametrize("cache", ["/proc/nope", "file/below"])
+def test_an_unusable_simulator_cache_names_hcclpy_sim_cache(tmp_path, cache):
+    (tmp_path / "file").write_text("")  # a file where the cache wants a directory
+    root = cache if os.path.isabs(cache) else str(tmp_path / cache)
+    out = _load_in_child(HCCLPY_BACKEND="sim", HCCLPY_SIM_CACHE=root)
+    assert out.startswith("LibraryNotFoundError: HCCLPY_BACKEND=sim but the simulator could not be built or "
+                          f"loaded: cannot build the simulator in its cache directory {root} "
+                          f"(HCCLPY_SIM_CACHE={root!r}): "), out
+    assert "Set HCCLPY_SIM_CACHE to a directory" in out

@@ -14,7 +14,7 @@ from typing import Dict, Optional
 import pytest
 
 import hcclpy
-from hcclpy.cli.info import format_text
+from hcclpy.cli.info import format_text, visible_devices_note
 
 TIMEOUT = 120  # seconds; the first call may build the simulator
 
@@ -140,3 +140,65 @@ def test_format_text_lists_missing_functions():
     present, missing = text.split("  missing:")
     assert "HcclBarrier" in present and "HcclAllGatherV" in missing
     assert "simulator:" not in text
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_override_naming_no_file_is_an_error(as_json):
+    env = {**sim_only_env(), "HCCLPY_BACKEND": "auto", "HCCLPY_LIBHCCL": "/nonexistent.so"}
+    result = hcclpy_info(*(["--json"] if as_json else []), env=env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    expected = "LibraryNotFoundError: HCCLPY_LIBHCCL='/nonexistent.so' cannot be used as libhccl.so: no such file."
+    if as_json:
+        data = json.loads(result.stdout)
+        assert data["backend"] is None and data["error"].startswith(expected), data["error"]
+    else:
+        assert "backend:        none: the libraries could not be loaded" in result.stdout
+        assert expected in result.stdout
+
+
+@pytest.mark.parametrize(("variable", "value"), [("HCCLPY_SIM_DEVICES", "0"), ("HCCLPY_SIM_DEVICES", "abc"),
+                                                 ("HCCLPY_SIM_DEVICE_MEMORY", "12 parsecs")])
+def test_a_bad_simulator_setting_is_an_error(sim_home, variable, value):
+    result = hcclpy_info("--json", env=sim_only_env(**{variable: value}))
+    assert result.returncode == 1, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error.startswith("AclError: aclInit failed: ACL_ERROR_INVALID_PARAM (100000): "
+                            f"aclInit: {variable}='{value}' is not a "), error
+
+
+@pytest.mark.parametrize(("value", "count", "stopped"), [
+    ("abc", 0, "'abc'"), ("9", 0, "'9'"), ("-1", 0, "'-1'"), ("2,9,1", 1, "'9'"), ("1 , x", 1, "'x'"),
+])
+def test_visible_devices_that_are_not_devices_are_named(sim_home, value, count, stopped):
+    result = hcclpy_info(env=sim_only_env(ASCEND_RT_VISIBLE_DEVICES=value, HCCLPY_SIM_DEVICES="4"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(rf"^devices: +{count}$", result.stdout, re.M)
+    visible = f"{count} device{'' if count == 1 else 's'} visible"
+    assert (f"warning:        ASCEND_RT_VISIBLE_DEVICES={value!r} stops at {stopped}, which is not a device id "
+            f"(0..3, HCCLPY_SIM_DEVICES): it and the entries after it are ignored; {visible}") in result.stdout
+
+
+def test_visible_devices_that_all_are_devices_give_no_warning(report, sim_home):
+    assert report["warnings"] == []
+    result = hcclpy_info("--json", env=sim_only_env(ASCEND_RT_VISIBLE_DEVICES="3, 1,,0"))
+    data = json.loads(result.stdout)
+    assert data["device_count"] == 3 and data["warnings"] == []
+
+
+@pytest.mark.parametrize(("value", "count", "backend", "expected"), [
+    ("", 8, "sim", None),
+    ("0,1", 2, "cann", None),
+    ("0,1,7", 2, "cann", "stops at '7', which is not a device id (no such device here)"),
+    ("0,x", 1, "cann", "stops at 'x', which is not a device id (no such device here)"),
+    (" ", 0, "sim", "ASCEND_RT_VISIBLE_DEVICES=' ' lists no device: 0 devices visible"),
+    ("1,,", 1, "sim", None),
+    (",1", 0, "sim", "stops at an empty entry"),
+])
+def test_visible_devices_note(value, count, backend, expected, monkeypatch):
+    monkeypatch.delenv("HCCLPY_SIM_DEVICES", raising=False)
+    note = visible_devices_note(value, count, backend)
+    if expected is None:
+        assert note is None
+    else:
+        assert note is not None and expected in note, note

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional
 
+import pytest
+
 import hcclpy.sim
 from hcclpy.cli import main
 
@@ -62,3 +64,41 @@ def test_build_failure_exits_1(tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith("hcclpy sim: ")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("action", ["path", "build", "env"])
+@pytest.mark.parametrize("cache", ["/proc/nope", "file/below"])
+def test_unusable_cache_is_a_message_naming_hcclpy_sim_cache(tmp_path, action, cache):
+    # /proc refuses new directories (even to root); a file cannot hold one.
+    (tmp_path / "file").write_text("")
+    root = cache if os.path.isabs(cache) else str(tmp_path / cache)
+    result = hcclpy_sim(action, env={**os.environ, "HCCLPY_SIM_CACHE": root})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"hcclpy sim: cannot build the simulator in its cache directory {root} "
+                                    f"(HCCLPY_SIM_CACHE={root!r}): "), result.stderr
+    assert "Set HCCLPY_SIM_CACHE to a directory" in result.stderr
+    assert result.stdout == ""
+
+
+def test_unusable_default_cache_names_xdg_cache_home(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "HCCLPY_SIM_CACHE"}
+    result = hcclpy_sim("path", env={**env, "XDG_CACHE_HOME": str(tmp_path / "file")})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"cache directory {tmp_path / 'file' / 'hcclpy'} (XDG_CACHE_HOME=" in result.stderr, result.stderr
+
+
+def test_a_finished_tree_in_a_read_only_cache_is_used(sim_home, monkeypatch):
+    # Only building writes: the tree of the session cache is found without touching the directory.
+    monkeypatch.setattr(hcclpy.sim._build.Path, "mkdir", lambda *a, **k: pytest.fail("mkdir called"))
+    assert hcclpy.sim.build() == sim_home
+
+
+def test_lock_timeout_is_a_message(monkeypatch, capsys, tmp_path):
+    def locked(force=False):
+        raise TimeoutError(f"waited 1800 s for another process building the simulator (lock {tmp_path}/x.lock)")
+
+    monkeypatch.setattr(hcclpy.sim, "build", locked)
+    assert main(["sim", "path"]) == 1
+    assert capsys.readouterr().err.startswith("hcclpy sim: waited 1800 s for another process building")

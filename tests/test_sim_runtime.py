@@ -53,3 +53,113 @@ def test_errors(programs, sim_env, nranks, mode):
 def test_headers_work_from_cxx(compile_c, sim_env):
     binary = runner.build(compile_c, "cxx_smoke", cplusplus=True)
     runner.check(runner.run(binary, [], sim_env, timeout=120))
+
+
+# What a program sees of the simulator's settings: it calls the entry points that read them and
+# prints each return code with the aclGetRecentErrMsg text, one "name rc message" line each.
+SETTINGS_PROGRAM = r"""
+#include <stdio.h>
+#include <hccl/hccl.h>
+
+static void report(const char *name, int rc)
+{
+    const char *text = aclGetRecentErrMsg();
+    printf("%s %d %s\n", name, rc, rc != 0 && text != NULL ? text : "");
+}
+
+int main(void)
+{
+    report("aclInit", aclInit(NULL));
+    uint32_t count = 99;
+    report("aclrtGetDeviceCount", aclrtGetDeviceCount(&count));
+    printf("count %u\n", count);
+    report("aclrtSetDevice", aclrtSetDevice(0));
+    int32_t devices[1] = {0};
+    HcclComm comms[1];
+    report("HcclCommInitAll", HcclCommInitAll(1, devices, comms));
+    return 0;
+}
+"""
+
+ACL_ERROR_INVALID_PARAM = 100000
+ACL_ERROR_RT_INVALID_DEVICEID = 107001
+HCCL_E_PARA = 1
+
+
+@pytest.fixture(scope="module")
+def settings_program(compile_c, tmp_path_factory):
+    source = tmp_path_factory.mktemp("settings") / "settings.c"
+    source.write_text(SETTINGS_PROGRAM)
+    return compile_c([source], "settings")
+
+
+def run_settings(binary, sim_env, **settings: str) -> dict:
+    """{call: (rc, message)} and the device count, from one run of the settings program."""
+    env = {k: v for k, v in sim_env.items()
+           if k not in ("HCCLPY_SIM_DEVICES", "HCCLPY_SIM_DEVICE_MEMORY", "ASCEND_RT_VISIBLE_DEVICES")}
+    result = runner.run(binary, [], env, timeout=60, extra_env=settings)
+    assert result.returncode == 0, result.report()
+    calls = {}
+    for line in result.output.splitlines():
+        name, value, *message = line.split(" ", 2)
+        calls[name] = (int(value), message[0] if message else "")
+    return calls
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", ["0", "abc", "257", "-3", "4x", "2.5"])
+def test_bad_device_count_fails_every_device_call(settings_program, sim_env, value):
+    calls = run_settings(settings_program, sim_env, HCCLPY_SIM_DEVICES=value)
+    why = f"HCCLPY_SIM_DEVICES='{value}' is not a number of devices: it takes a whole number from 1 to 256"
+    assert calls["aclInit"][0] == ACL_ERROR_INVALID_PARAM
+    assert calls["aclInit"][1].startswith(f"aclInit: {why}"), calls
+    assert calls["aclrtGetDeviceCount"] == (ACL_ERROR_INVALID_PARAM, f"aclrtGetDeviceCount: {calls['aclInit'][1][9:]}")
+    assert calls["count"][0] == 0
+    assert calls["aclrtSetDevice"][0] == ACL_ERROR_INVALID_PARAM and calls["aclrtSetDevice"][1].startswith(why)
+    assert calls["HcclCommInitAll"][0] == HCCL_E_PARA
+    assert calls["HcclCommInitAll"][1].startswith(f"HcclCommInitAll: {why}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", ["abc", "512K", "1e30G", "nan", "8Q"])
+def test_bad_device_memory_fails_every_device_call(settings_program, sim_env, value):
+    calls = run_settings(settings_program, sim_env, HCCLPY_SIM_DEVICE_MEMORY=value)
+    why = f"HCCLPY_SIM_DEVICE_MEMORY='{value}' is not a device memory size: it takes a number of bytes, at least 1M"
+    assert calls["aclInit"][0] == ACL_ERROR_INVALID_PARAM and calls["aclInit"][1].startswith(f"aclInit: {why}")
+    assert calls["aclrtSetDevice"][0] == ACL_ERROR_INVALID_PARAM and calls["aclrtSetDevice"][1].startswith(why)
+
+
+@pytest.mark.timeout(120)
+def test_two_bad_settings_are_both_named(settings_program, sim_env):
+    calls = run_settings(settings_program, sim_env, HCCLPY_SIM_DEVICES="0", HCCLPY_SIM_DEVICE_MEMORY="1K")
+    message = calls["aclInit"][1]
+    assert "HCCLPY_SIM_DEVICES='0'" in message and "; HCCLPY_SIM_DEVICE_MEMORY='1K'" in message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("settings", "count"), [
+    ({"HCCLPY_SIM_DEVICES": "1"}, 1), ({"HCCLPY_SIM_DEVICES": " 256 "}, 256), ({"HCCLPY_SIM_DEVICES": ""}, 8),
+    ({"HCCLPY_SIM_DEVICE_MEMORY": "1M"}, 8), ({"HCCLPY_SIM_DEVICE_MEMORY": "1.5Gi"}, 8),
+])
+def test_good_settings_still_work(settings_program, sim_env, settings, count):
+    calls = run_settings(settings_program, sim_env, **settings)
+    assert calls["aclInit"] == (0, "") and calls["aclrtGetDeviceCount"] == (0, "")
+    assert calls["count"][0] == count and calls["aclrtSetDevice"] == (0, "")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("value", "count", "stopped"), [
+    ("abc", 0, "'abc'"), ("9", 0, "'9'"), ("-1", 0, "'-1'"), ("3,9,2", 1, "'9'"), (",1", 0, "an empty entry"),
+])
+def test_visible_devices_stop_at_the_first_that_is_not_a_device(settings_program, sim_env, value, count, stopped):
+    # As CANN: no error, the list ends there. A device id the list left out says where it ended.
+    calls = run_settings(settings_program, sim_env, ASCEND_RT_VISIBLE_DEVICES=value)
+    assert calls["aclInit"] == (0, "") and calls["aclrtGetDeviceCount"] == (0, "")
+    assert calls["count"][0] == count
+    note = (f"ASCEND_RT_VISIBLE_DEVICES='{value}' stops at {stopped}, which is not a device id (0..7, "
+            "HCCLPY_SIM_DEVICES): it and the entries after it are ignored")
+    if count == 0:
+        assert calls["aclrtSetDevice"] == (ACL_ERROR_RT_INVALID_DEVICEID,
+                                           f"device id 0 is out of range: no device is visible ({note})")
+    else:
+        assert calls["aclrtSetDevice"] == (0, "")

@@ -2,7 +2,10 @@
 
 Search order, per library:
 
-1. an explicit path: ``HCCLPY_LIBASCENDCL`` / ``HCCLPY_LIBHCCL`` (and vllm-ascend's ``HCCL_SO_PATH``);
+1. an explicit path: ``HCCLPY_LIBASCENDCL`` / ``HCCLPY_LIBHCCL`` (else vllm-ascend's ``HCCL_SO_PATH``).
+   When one is set, that library is used or loading fails (:class:`LibraryNotFoundError` naming the
+   variable, its value and why): nothing else is tried in its place, and the simulator is not
+   fallen back to, since either would run something other than what the user asked for;
 2. ``$ASCEND_HOME_PATH/lib64``, ``$ASCEND_TOOLKIT_HOME/lib64``, ``/usr/local/Ascend/cann/lib64``,
    ``/usr/local/Ascend/ascend-toolkit/latest/lib64``;
 3. the system loader (bare soname: ``LD_LIBRARY_PATH``, or a library torch_npu already loaded);
@@ -60,13 +63,49 @@ def _backend_choice() -> str:
     return choice
 
 
-def _candidates(soname: str, overrides: Sequence[str]) -> List[Tuple[str, str]]:
-    """(path or soname, how it was found) in search order."""
-    found: List[Tuple[str, str]] = []
+# The variables that name each library explicitly, in order: the first one set is the override.
+ACL_OVERRIDES = ("HCCLPY_LIBASCENDCL",)
+HCCL_OVERRIDES = ("HCCLPY_LIBHCCL", "HCCL_SO_PATH")
+
+
+def _override(overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """(variable, value) of the first of ``overrides`` that is set and not empty, else None."""
     for variable in overrides:
         value = os.environ.get(variable)
         if value:
-            found.append((value, variable))
+            return variable, value
+    return None
+
+
+def _override_error(soname: str, variable: str, value: str, why: str) -> LibraryNotFoundError:
+    roots = ", ".join(root + "/lib64" for root in INSTALL_ROOTS)
+    return LibraryNotFoundError(
+        f"{variable}={value!r} cannot be used as {soname}: {why}. {variable} names the library to load, "
+        f"so hcclpy neither searches elsewhere nor falls back to the simulator: correct it, or unset it "
+        f"to search $ASCEND_HOME_PATH/lib64, $ASCEND_TOOLKIT_HOME/lib64, {roots} and the system loader.")
+
+
+def _check_override_exists(soname: str, override: Optional[Tuple[str, str]]) -> None:
+    """Refuse an override naming a path that does not exist, before anything is opened or searched:
+    the other library's search failing first must not hide it."""
+    if override is not None:
+        variable, value = override
+        if os.sep in value and not os.path.exists(value):
+            raise _override_error(soname, variable, value, "no such file")
+
+
+def _open_override(soname: str, override: Tuple[str, str], opener: Opener) -> Tuple[Any, LoadedLibrary]:
+    variable, value = override
+    try:
+        lib = opener(value)
+    except OSError as exc:
+        raise _override_error(soname, variable, value, f"it does not load ({exc})") from exc
+    return lib, LoadedLibrary(soname, _resolved_path(value), variable)
+
+
+def _candidates(soname: str) -> List[Tuple[str, str]]:
+    """(path or soname, how it was found) in search order, when no override names the library."""
+    found: List[Tuple[str, str]] = []
     for variable in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
         root = os.environ.get(variable)
         if root:
@@ -77,9 +116,9 @@ def _candidates(soname: str, overrides: Sequence[str]) -> List[Tuple[str, str]]:
     return found
 
 
-def _open_first(soname: str, overrides: Sequence[str], opener: Opener, failures: List[str]) -> Optional[Tuple[Any, LoadedLibrary]]:
+def _open_first(soname: str, opener: Opener, failures: List[str]) -> Optional[Tuple[Any, LoadedLibrary]]:
     seen = set()
-    for target, how in _candidates(soname, overrides):
+    for target, how in _candidates(soname):
         if target in seen:
             continue
         seen.add(target)
@@ -95,6 +134,24 @@ def _open_first(soname: str, overrides: Sequence[str], opener: Opener, failures:
     return None
 
 
+def _open_one(soname: str, override: Optional[Tuple[str, str]], other: Optional[Tuple[str, str]],
+              opener: Opener, failures: List[str]) -> Optional[Tuple[Any, LoadedLibrary]]:
+    """``soname`` from its override, else from the search; None when the search finds nothing and
+    no override is set for ``other`` (the other library), which may then fall back to the simulator."""
+    if override is not None:
+        return _open_override(soname, override, opener)
+    found = _open_first(soname, opener, failures)
+    if found is None and other is not None:
+        # The user named the other library: running the simulator instead would ignore that.
+        variable, value = other
+        own = (ACL_OVERRIDES if soname == "libascendcl.so" else HCCL_OVERRIDES)[0]
+        raise LibraryNotFoundError(
+            f"{variable}={value!r} is set, but no usable {soname} was found to go with it, so hcclpy does not "
+            f"fall back to the simulator: set {own} or ASCEND_HOME_PATH as well, or unset {variable}. "
+            "Tried:\n" + "\n".join(failures))
+    return found
+
+
 def _resolved_path(target: str) -> str:
     return os.path.realpath(target) if os.sep in target else target
 
@@ -104,10 +161,15 @@ def _is_simulator_tree(path: str) -> bool:
 
 
 def _open_cann(opener: Opener, failures: List[str]) -> Optional[OpenedLibraries]:
-    acl = _open_first("libascendcl.so", ("HCCLPY_LIBASCENDCL",), opener, failures)
+    acl_override, hccl_override = _override(ACL_OVERRIDES), _override(HCCL_OVERRIDES)
+    _check_override_exists("libascendcl.so", acl_override)
+    _check_override_exists("libhccl.so", hccl_override)
+    # libascendcl first: libhccl needs it, and would otherwise pull in whichever one its own
+    # search path finds.
+    acl = _open_one("libascendcl.so", acl_override, hccl_override, opener, failures)
     if acl is None:
         return None
-    hccl = _open_first("libhccl.so", ("HCCLPY_LIBHCCL", "HCCL_SO_PATH"), opener, failures)
+    hccl = _open_one("libhccl.so", hccl_override, acl_override, opener, failures)
     if hccl is None:
         return None
     # CANN 9.x moved communicator management into libhcomm.so, next to libhccl.so.
@@ -152,7 +214,9 @@ def _warn_from_caller(message: str, category: type) -> None:
 
 
 def open_libraries(opener: Opener) -> OpenedLibraries:
-    """Find and open the libraries, or raise :class:`LibraryNotFoundError` listing every attempt."""
+    """Find and open the libraries, or raise :class:`LibraryNotFoundError` listing every attempt
+    (or, when ``HCCLPY_LIBASCENDCL`` / ``HCCLPY_LIBHCCL`` / ``HCCL_SO_PATH`` names a library that
+    cannot be used, naming that variable, its value and why)."""
     choice = _backend_choice()
     failures: List[str] = []
     if choice != "sim":
@@ -169,8 +233,10 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
     try:
         return _open_simulator(opener)
     except (OSError, RuntimeError) as exc:
+        why = ("HCCLPY_BACKEND=sim but the simulator" if choice == "sim"
+               else "no CANN libraries and the simulator")
         raise LibraryNotFoundError(
-            "no CANN libraries and the simulator could not be built or loaded: " + str(exc)
+            why + " could not be built or loaded: " + str(exc)
             + ("\nCANN candidates tried:\n" + "\n".join(failures) if failures else "")) from exc
 
 

@@ -4,10 +4,13 @@ It reports the hcclpy and Python versions, the backend (``cann`` or ``sim``), ea
 with its path and how it was found, the AscendCL version (``aclrtGetVersion``) and SoC name
 (``aclrtGetSocName``), every visible device with its free and total memory, how the NumPy path
 stages element-wise operations, which optional C functions the loaded libraries export, the
-simulator's build description when running on it, and the environment variables that steer
-hcclpy. ``--json`` prints the same as one JSON object.
+simulator's build description when running on it, the environment variables that steer hcclpy,
+and a warning for a setting the runtime partly ignored (the entries of ``ASCEND_RT_VISIBLE_DEVICES``
+from the first one that is not a device). ``--json`` prints the same as one JSON object.
 
-Exit status 0, or 1 when the libraries cannot be loaded (the report then says why).
+Exit status 0, or 1 when the libraries cannot be loaded (the report then says why: among others an
+``HCCLPY_LIBHCCL`` / ``HCCLPY_LIBASCENDCL`` / ``HCCL_SO_PATH`` that names no loadable library, an
+unusable simulator cache, or a simulator setting out of range, which fails ``aclInit``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import __version__
 
@@ -68,8 +72,9 @@ def collect() -> Dict[str, Any]:
         ``soc_name``, ``device_count``, ``devices`` (id, free and total bytes, or error),
         ``numpy_staging`` (``"pinned"`` or ``"direct"``, or why ``HCCLPY_HOST_STAGING`` is refused),
         ``functions`` (C function name to bool), ``optional_functions`` (the names hcclpy can
-        do without), ``simulator`` (the build description or None) and ``error`` (why the
-        libraries could not be loaded, else None).
+        do without), ``simulator`` (the build description or None), ``warnings`` (settings that
+        were partly ignored, such as the entries of ``ASCEND_RT_VISIBLE_DEVICES`` from the first
+        one that is not a device) and ``error`` (why the libraries could not be loaded, else None).
 
     Examples
     --------
@@ -82,7 +87,7 @@ def collect() -> Dict[str, Any]:
         "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
         "backend": None, "libraries": [], "acl_version": None, "soc_name": None, "device_count": None,
         "devices": [], "numpy_staging": None, "functions": {}, "optional_functions": [], "simulator": None,
-        "error": None,
+        "warnings": [], "error": None,
     }
     import hcclpy
 
@@ -117,6 +122,10 @@ def collect() -> Dict[str, Any]:
     except hcclpy.HcclpyError as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
         return report
+    note = visible_devices_note(os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""), report["device_count"],
+                                report["backend"])
+    if note is not None:
+        report["warnings"].append(note)
     for index in range(report["device_count"]):
         entry: Dict[str, Any] = {"id": index}
         try:
@@ -125,6 +134,57 @@ def collect() -> Dict[str, Any]:
             entry["error"] = str(exc)
         report["devices"].append(entry)
     return report
+
+
+# An entry of ASCEND_RT_VISIBLE_DEVICES as the runtime reads it (strtol: blanks, a sign, digits), and
+# what separates two entries (any run of commas and blanks).
+_VISIBLE_ENTRY = re.compile(r"\s*([+-]?\d+)")
+_VISIBLE_SEPARATOR = re.compile(r"[\s,]*")
+
+
+def _visible_entries(value: str) -> Tuple[List[str], str]:
+    """The numeric entries at the start of ``value``, read as the simulator reads them, and the
+    text from the first entry that is not a number on ('' when every entry is one)."""
+    entries: List[str] = []
+    position = len(value) - len(value.lstrip())
+    while position < len(value):
+        match = _VISIBLE_ENTRY.match(value, position)
+        if match is None:
+            break
+        entries.append(match.group(1))
+        position = _VISIBLE_SEPARATOR.match(value, match.end()).end()
+    return entries, value[position:]
+
+
+def visible_devices_note(value: str, device_count: int, backend: Optional[str]) -> Optional[str]:
+    """Which entry of ``ASCEND_RT_VISIBLE_DEVICES`` (``value``) ended the list, or None when every
+    entry became a device.
+
+    The runtime, CANN's and the simulator's, takes the listed devices in order up to the first entry
+    that is not a device (not a number, or no such device) and ignores it and every entry after
+    it, without an error: a program then finds fewer devices (maybe none) and says only how many.
+    ``device_count`` is how many the runtime made visible, so the entry at that index is the first
+    one it did not take.
+    """
+    if value == "":
+        return None  # unset or empty: every device
+    visible = f"{device_count} device{'' if device_count == 1 else 's'} visible"
+    entries, rest = _visible_entries(value)
+    if device_count < len(entries):
+        stopped = f"'{entries[device_count]}'"
+    elif rest.strip():
+        first = rest.split(",")[0].strip()
+        stopped = f"'{first}'" if first else "an empty entry"
+    elif not entries:
+        return f"ASCEND_RT_VISIBLE_DEVICES={value!r} lists no device: {visible}"
+    else:
+        return None
+    # The same words as the simulator's own message (aclrtSetDevice on a device the list left out).
+    physical = os.environ.get("HCCLPY_SIM_DEVICES", "").strip() or "8"
+    where = (f"0..{int(physical) - 1}, HCCLPY_SIM_DEVICES" if backend == "sim" and physical.isdigit()
+             else "no such device here")
+    return (f"ASCEND_RT_VISIBLE_DEVICES={value!r} stops at {stopped}, which is not a device id ({where}): "
+            f"it and the entries after it are ignored; {visible}")
 
 
 def _size(nbytes: int) -> str:
@@ -175,6 +235,8 @@ def format_text(report: Dict[str, Any], width: Optional[int] = None) -> str:
             state = (f"error: {device['error']}" if "error" in device
                      else f"{_size(device['free'])} free of {_size(device['total'])}")
             lines.append(f"  device {device['id']}: {state}")
+    for warning in report.get("warnings", ()):
+        field("warning", warning)
     functions, optional = report["functions"], report["optional_functions"]
     present = [name for name in optional if functions.get(name)]
     missing = [name for name in optional if not functions.get(name)]

@@ -35,7 +35,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Carry out ``hcclpy sim``; return 0, or 1 when the simulator cannot be built."""
+    """Carry out ``hcclpy sim``; return 0, or 1 when the simulator cannot be built (no compiler, a
+    failed compile, a cache directory that cannot be written), with the reason on stderr."""
     from ..sim import SimulatorBuildError, build, env
     from ..sim._build import sh_quote
 
@@ -46,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
             print("".join(f"export {name}={sh_quote(value)}\n" for name, value in env().items()), end="")
         else:
             print(build(force=args.force))
-    except SimulatorBuildError as exc:
+    except (SimulatorBuildError, OSError) as exc:
+        # SimulatorBuildError says what failed, cache directory problems included; OSError is the
+        # rest (a lock another build held too long, an unreadable source): a message, not a traceback.
         print(f"hcclpy sim: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -112,8 +112,9 @@ def build(*, force: bool = False) -> Path:
     Raises
     ------
     SimulatorBuildError
-        No compiler was found, or a compile or link failed (the error carries the command and
-        the compiler output).
+        No compiler was found, a compile or link failed (the error carries the command and
+        the compiler output), or the cache directory cannot be created or written (the error
+        names it and the variable it came from).
     TimeoutError
         Another process held the build lock for too long.
 
@@ -131,22 +132,24 @@ def build(*, force: bool = False) -> Path:
     tree = root / f"sim-{digest}"
     if not force and _is_complete(tree):
         return tree
-    root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / f"sim-{digest}.lock"):
-        # Another process may have finished the tree while this one waited for the lock.
-        if not force and _is_complete(tree):
-            return tree
-        # Holding the lock, no one else is building this hash: these were left by a crash.
-        for leftover in root.glob(f".sim-{digest}.*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".sim-{digest}.tmp-", dir=root))
-        try:
-            os.chmod(staging, 0o755)
-            _build_tree(staging, tree, sim_dir, compiler, compiler_id, digest)
-            _move_into_place(staging, tree, root / f".sim-{digest}.old-{os.getpid()}")
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    # A finished tree in a read-only cache is fine (above); building needs to write there.
+    with _cache_errors(root):
+        root.mkdir(parents=True, exist_ok=True)
+        with _exclusive_lock(root / f"sim-{digest}.lock"):
+            # Another process may have finished the tree while this one waited for the lock.
+            if not force and _is_complete(tree):
+                return tree
+            # Holding the lock, no one else is building this hash: these were left by a crash.
+            for leftover in root.glob(f".sim-{digest}.*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".sim-{digest}.tmp-", dir=root))
+            try:
+                os.chmod(staging, 0o755)
+                _build_tree(staging, tree, sim_dir, compiler, compiler_id, digest)
+                _move_into_place(staging, tree, root / f".sim-{digest}.old-{os.getpid()}")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
     return tree
 
 
@@ -222,13 +225,38 @@ def find_compiler(variable: str = "CC", names: Sequence[str] = ("cc", "gcc")) ->
 
 
 def _cache_root() -> Path:
+    return _cache_root_and_origin()[0]
+
+
+def _cache_root_and_origin() -> tuple[Path, str]:
+    """The cache directory, and where that choice came from (for error messages)."""
     explicit = os.environ.get("HCCLPY_SIM_CACHE")
     if explicit:
-        return Path(os.path.abspath(os.path.expanduser(explicit)))
+        return Path(os.path.abspath(os.path.expanduser(explicit))), f"HCCLPY_SIM_CACHE={explicit!r}"
     xdg = os.environ.get("XDG_CACHE_HOME")
     # The XDG spec says to ignore a relative XDG_CACHE_HOME.
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "hcclpy"
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "hcclpy", f"XDG_CACHE_HOME={xdg!r}, HCCLPY_SIM_CACHE unset"
+    return Path.home() / ".cache" / "hcclpy", "the default: HCCLPY_SIM_CACHE and XDG_CACHE_HOME unset"
+
+
+@contextlib.contextmanager
+def _cache_errors(root: Path) -> Iterator[None]:
+    """Turn a failure to create or write the cache into a SimulatorBuildError that names the
+    directory and the variable that chose it: a bare ``FileNotFoundError: '/proc/nope'`` from deep
+    inside the build does not tell the user which setting to change."""
+    try:
+        yield
+    except TimeoutError:
+        raise  # the lock wait: its message already says what happened
+    except OSError as exc:
+        _, origin = _cache_root_and_origin()
+        what = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename and os.fspath(exc.filename) != str(root) else ""
+        raise SimulatorBuildError(
+            f"cannot build the simulator in its cache directory {root} ({origin}): {what}{where}. "
+            "Set HCCLPY_SIM_CACHE to a directory this user can create and write."
+        ) from exc
 
 
 @functools.lru_cache(maxsize=None)

@@ -87,7 +87,8 @@ bool sim_parse_size(const char *text, uint64_t *out)
     char *end;
     errno = 0;
     double value = strtod(text, &end);
-    if (errno != 0 || end == text || value < 0)
+    /* !(value >= 0) also refuses "nan", whose conversion below would be undefined. */
+    if (errno != 0 || end == text || !(value >= 0))
         return false;
     while (isspace((unsigned char)*end))
         end++;
@@ -104,6 +105,9 @@ bool sim_parse_size(const char *text, uint64_t *out)
     if (toupper((unsigned char)*end) == 'B')
         end++;
     if (*end != '\0')
+        return false;
+    /* 2^64 and more (and "inf") do not fit: converting them is undefined. */
+    if (value * scale >= 18446744073709551616.0)
         return false;
     *out = (uint64_t)(value * scale);
     return true;
@@ -124,43 +128,122 @@ double sim_env_seconds(const char *name, double fallback)
 static sim_config_t g_config;
 static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
 
+#define DEFAULT_DEVICES 8
+#define DEFAULT_DEVICE_MEMORY (8ULL << 30)
+#define MIN_DEVICE_MEMORY (1ULL << 20)
+
+/* Appends one more problem to the configuration error, "; " between two. */
+static void config_problem(sim_config_t *c, const char *fmt, ...) SIM_PRINTF(2, 3);
+static void config_problem(sim_config_t *c, const char *fmt, ...)
+{
+    size_t used = strlen(c->error);
+    if (used > 0 && used + 2 < sizeof c->error) {
+        strcpy(c->error + used, "; ");
+        used += 2;
+    }
+    if (used + 1 >= sizeof c->error)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error + used, sizeof c->error - used, fmt, ap);
+    va_end(ap);
+}
+
+/* HCCLPY_SIM_DEVICES: a whole number in 1..SIM_MAX_DEVICES, blanks around it
+ * allowed.  Anything else is an error rather than the default: a typo would
+ * otherwise run a job on a different number of devices than asked for. */
+static void load_device_count(sim_config_t *c)
+{
+    c->physical_count = DEFAULT_DEVICES;
+    const char *text = getenv("HCCLPY_SIM_DEVICES");
+    if (text == NULL || *text == '\0')
+        return;
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    while (isspace((unsigned char)*end))
+        end++;
+    if (end == text || *end != '\0' || errno != 0 || n < 1 || n > SIM_MAX_DEVICES) {
+        config_problem(c, "HCCLPY_SIM_DEVICES='%.64s' is not a number of devices: it takes a whole number from "
+                       "1 to %d (unset or empty: %d)", text, SIM_MAX_DEVICES, DEFAULT_DEVICES);
+        return;
+    }
+    c->physical_count = (int)n;
+}
+
+/* HCCLPY_SIM_DEVICE_MEMORY: a size of at least 1 MiB; an error otherwise, as
+ * for HCCLPY_SIM_DEVICES. */
+static void load_device_memory(sim_config_t *c)
+{
+    c->device_memory = DEFAULT_DEVICE_MEMORY;
+    const char *text = getenv("HCCLPY_SIM_DEVICE_MEMORY");
+    if (text == NULL || *text == '\0')
+        return;
+    uint64_t memory;
+    if (!sim_parse_size(text, &memory) || memory < MIN_DEVICE_MEMORY) {
+        config_problem(c, "HCCLPY_SIM_DEVICE_MEMORY='%.64s' is not a device memory size: it takes a number of "
+                       "bytes, at least 1M, with an optional K, M, G or T suffix (unset or empty: 8G)", text);
+        return;
+    }
+    c->device_memory = memory;
+}
+
+/* ASCEND_RT_VISIBLE_DEVICES renumbers: logical id i is the i-th listed
+ * physical device, as on real hardware.  As CANN does, the list ends at the
+ * first entry that is not a device (not a number, or out of range), and the
+ * entries after it are ignored too; `visible_note` keeps which one it was, for
+ * the message of a call that names a device the list did not make visible. */
+static void load_visible(sim_config_t *c)
+{
+    c->device_count = 0;
+    const char *visible = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    if (visible == NULL || *visible == '\0') {
+        for (int i = 0; i < c->physical_count; i++)
+            c->visible[c->device_count++] = i;
+        return;
+    }
+    const char *p = visible;
+    while (isspace((unsigned char)*p))
+        p++;
+    while (*p != '\0' && c->device_count < SIM_MAX_DEVICES) {
+        char *end;
+        errno = 0;
+        long id = strtol(p, &end, 10);
+        if (end == p || errno != 0 || id < 0 || id >= c->physical_count) {
+            int length = (int)strcspn(p, ",");
+            while (length > 0 && isspace((unsigned char)p[length - 1]))
+                length--;
+            char entry[48];
+            if (length == 0)
+                snprintf(entry, sizeof entry, "an empty entry");
+            else
+                snprintf(entry, sizeof entry, "'%.*s'", SIM_MIN(length, 32), p);
+            snprintf(c->visible_note, sizeof c->visible_note,
+                     "ASCEND_RT_VISIBLE_DEVICES='%.64s' stops at %s, which is not a device id (0..%d, "
+                     "HCCLPY_SIM_DEVICES): it and the entries after it are ignored",
+                     visible, entry, c->physical_count - 1);
+            break;
+        }
+        c->visible[c->device_count++] = (int)id;
+        p = end;
+        while (*p == ',' || isspace((unsigned char)*p))
+            p++;
+    }
+    if (c->device_count == 0 && c->visible_note[0] == '\0')
+        snprintf(c->visible_note, sizeof c->visible_note, "ASCEND_RT_VISIBLE_DEVICES='%.64s' lists no device",
+                 visible);
+}
+
 static void load_config(void)
 {
     sim_config_t *c = &g_config;
-    c->physical_count = 8;
-    const char *devices = getenv("HCCLPY_SIM_DEVICES");
-    if (devices != NULL && *devices != '\0') {
-        long n = strtol(devices, NULL, 10);
-        if (n >= 1 && n <= 256)
-            c->physical_count = (int)n;
-    }
-    c->device_memory = 8ULL << 30;
-    uint64_t memory;
-    if (sim_parse_size(getenv("HCCLPY_SIM_DEVICE_MEMORY"), &memory) && memory >= (1ULL << 20))
-        c->device_memory = memory;
-
-    /* ASCEND_RT_VISIBLE_DEVICES renumbers: logical id i is the i-th listed
-     * physical device, as on real hardware. */
-    c->device_count = 0;
-    const char *visible = getenv("ASCEND_RT_VISIBLE_DEVICES");
-    if (visible != NULL && *visible != '\0') {
-        const char *p = visible;
-        while (*p != '\0' && c->device_count < 256) {
-            char *end;
-            long id = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            if (id < 0 || id >= c->physical_count)
-                break;
-            c->visible[c->device_count++] = (int)id;
-            p = end;
-            while (*p == ',' || isspace((unsigned char)*p))
-                p++;
-        }
-    } else {
-        for (int i = 0; i < c->physical_count; i++)
-            c->visible[c->device_count++] = i;
-    }
+    load_device_count(c);
+    load_device_memory(c);
+    load_visible(c);
+    /* No device is usable while a setting is wrong: every call that needs one
+     * fails with the error (sim_config_check) instead of running half right. */
+    if (c->error[0] != '\0')
+        c->device_count = 0;
 
     const char *node = getenv("HCCLPY_SIM_NODE");
     if (node == NULL || *node == '\0') {
@@ -175,6 +258,16 @@ const sim_config_t *sim_config(void)
 {
     pthread_once(&g_config_once, load_config);
     return &g_config;
+}
+
+int sim_config_check(const char *api)
+{
+    const sim_config_t *c = sim_config();
+    if (c->error[0] == '\0')
+        return ACL_SUCCESS;
+    if (api == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s", c->error);
+    return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s", api, c->error);
 }
 
 /* ---------------------------------------------------------------- random */

@@ -29,12 +29,22 @@ sim_device_t *sim_device(int device)
 
 int sim_device_check(int device)
 {
-    int count = sim_config()->device_count;
-    if (device < 0 || device >= count)
-        return sim_error(ACL_ERROR_RT_INVALID_DEVICEID, "device id %d is out of range: this simulator has %d device%s "
-                         "(0..%d; HCCLPY_SIM_DEVICES / ASCEND_RT_VISIBLE_DEVICES)",
-                         device, count, count == 1 ? "" : "s", count - 1);
-    return ACL_SUCCESS;
+    int err = sim_config_check(NULL);
+    if (err != ACL_SUCCESS)
+        return err;
+    const sim_config_t *config = sim_config();
+    int count = config->device_count;
+    if (device >= 0 && device < count)
+        return ACL_SUCCESS;
+    /* Where the visible list stopped short, say so: "0 devices" alone does not
+     * tell which entry of ASCEND_RT_VISIBLE_DEVICES was not taken. */
+    const char *note = config->visible_note;
+    if (count == 0)
+        return sim_error(ACL_ERROR_RT_INVALID_DEVICEID, "device id %d is out of range: no device is visible (%s)",
+                         device, *note != '\0' ? note : "ASCEND_RT_VISIBLE_DEVICES");
+    return sim_error(ACL_ERROR_RT_INVALID_DEVICEID, "device id %d is out of range: this simulator has %d device%s "
+                     "(0..%d; HCCLPY_SIM_DEVICES / ASCEND_RT_VISIBLE_DEVICES)%s%s",
+                     device, count, count == 1 ? "" : "s", count - 1, *note != '\0' ? "; " : "", note);
 }
 
 int sim_device_physical(int device)
@@ -91,6 +101,11 @@ SIM_EXPORT aclError aclInit(const char *configPath)
             return sim_error(ACL_ERROR_INVALID_FILE, "aclInit: cannot read the configuration file '%s'", configPath);
         fclose(file);
     }
+    /* A bad simulator setting fails here, the first call a program makes, not at
+     * its first device call; nor is the runtime marked initialised. */
+    int err = sim_config_check("aclInit");
+    if (err != ACL_SUCCESS)
+        return err;
     pthread_mutex_lock(&g_init_lock);
     bool already = g_acl_initialized;
     g_acl_initialized = true;
@@ -143,7 +158,7 @@ SIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
     if (count == NULL)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
     *count = (uint32_t)sim_config()->device_count;
-    return ACL_SUCCESS;
+    return sim_config_check("aclrtGetDeviceCount");
 }
 
 SIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)

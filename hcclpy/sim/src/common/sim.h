@@ -42,14 +42,24 @@ SIM_EXPORT const char *sim_error_text(void);
 /* ------------------------------------------------------------ environment */
 
 typedef struct {
-    int device_count;               /* visible devices */
+    int device_count;               /* visible devices (0 while `error` is set) */
     int physical_count;             /* HCCLPY_SIM_DEVICES */
     int visible[256];               /* logical id -> physical id */
     uint64_t device_memory;         /* bytes per device */
     char node[64];                  /* label of the simulated server */
+    /* Why a HCCLPY_SIM_* setting is unusable ("" when all are fine): the
+     * variable, its value and what it takes. */
+    char error[512];
+    /* The ASCEND_RT_VISIBLE_DEVICES entry the list stopped at, and why ("" when
+     * every entry is a device): the entries from there on are ignored. */
+    char visible_note[256];
 } sim_config_t;
 
 SIM_EXPORT const sim_config_t *sim_config(void);
+/* ACL_SUCCESS, or when a setting of the simulator is unusable, that error
+ * (ACL_ERROR_INVALID_PARAM) recorded with sim_error as "<api>: <why>" (just
+ * "<why>" for a NULL api).  Every call that needs the devices checks it. */
+SIM_EXPORT int sim_config_check(const char *api);
 /* A duration in seconds from the environment (fractions allowed); `fallback`
  * when unset or unparsable. */
 SIM_EXPORT double sim_env_seconds(const char *name, double fallback);

@@ -671,6 +671,9 @@ HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *c
         return err;
     if (devices == NULL || comms == NULL)
         return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, devices == NULL ? "devices" : "comms");
+    /* A bad HCCLPY_SIM_* setting leaves no device: say which, not "ndev must be in [1, 0]". */
+    if (sim_config()->error[0] != '\0')
+        return hccl_error(HCCL_E_PARA, "%s: %s", api, sim_config()->error);
     uint32_t count = (uint32_t)sim_config()->device_count;
     if (ndev == 0 || ndev > count)
         return hccl_error(HCCL_E_PARA, "%s: ndev must be in [1, %u], got %u", api, count, ndev);
