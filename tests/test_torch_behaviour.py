@@ -73,6 +73,74 @@ def test_both_ranks_may_receive_before_they_send(tmp_path: Any) -> None:
     assert first == [10.0 + r for r in range(8)] and second == [float(r) for r in range(8)]
 
 
+def _tagged(rank: int, size: int, info: bytes, directory: str) -> List[float]:
+    tr.init(rank, size, directory)
+    try:
+        if rank == 0:
+            works = [dist.isend(torch.full((3,), 1.0), 1, tag=1), dist.isend(torch.full((3,), 2.0), 1, tag=2)]
+            for work in works:
+                work.wait()
+            return []
+        second, first = torch.zeros(3), torch.zeros(3)
+        works = [dist.irecv(second, 0, tag=2), dist.irecv(first, 0, tag=1)]  # posted in the other order
+        for work in works:
+            work.wait()
+        return first.tolist() + second.tolist()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_sends_and_receives_match_by_tag(tmp_path: Any) -> None:
+    assert ranks.run_processes(_tagged, 2, str(tmp_path), timeout=90)[1] == [1.0] * 3 + [2.0] * 3
+
+
+def _unmatched_send(rank: int, size: int, info: bytes, directory: str) -> str:
+    tr.init(rank, size, directory, timeout=3.0)
+    outcome = "no send"
+    if rank == 0:
+        try:
+            dist.isend(torch.ones(3), 1).wait()  # rank 1 never posts the receive
+            outcome = "no error"
+        except hcclpy.HcclpyError as exc:
+            outcome = type(exc).__name__
+    dist.destroy_process_group()  # must not wait for HCCL_CONNECT_TIMEOUT (set far beyond the test's limit)
+    return outcome
+
+
+@pytest.mark.timeout(120)
+def test_a_send_nobody_receives_does_not_hold_up_destroy(tmp_path: Any) -> None:
+    out = ranks.run_processes(_unmatched_send, 2, str(tmp_path), env={"HCCL_CONNECT_TIMEOUT": "600"}, timeout=90)
+    assert out == ["CommTimeoutError", "no send"]
+
+
+def _created_again(rank: int, size: int, info: bytes, port: int) -> List[float]:
+    # The store outlives each group (as torchrun's agent store does), and torch gives the group
+    # created again the same prefix: each creation must find its own root infos there.
+    store = dist.TCPStore("127.0.0.1", port, size, rank == 0, timeout=timedelta(seconds=30))
+    got = []
+    for round_ in range(3):
+        dist.init_process_group("hcclpy", store=store, rank=rank, world_size=size, timeout=timedelta(seconds=30))
+        try:
+            x = torch.tensor([rank + 10.0 * round_])
+            dist.all_reduce(x)
+            inbox = torch.zeros(1)
+            works = [dist.isend(x.clone(), 1 - rank), dist.irecv(inbox, 1 - rank)]
+            for work in works:
+                work.wait()
+            got += [x.item(), inbox.item()]
+        finally:
+            dist.destroy_process_group()
+    return got
+
+
+@pytest.mark.timeout(120)
+def test_the_default_group_can_be_created_again(tmp_path: Any) -> None:
+    out = ranks.run_processes(_created_again, 2, _free_port(), timeout=90)
+    want = [v for round_ in range(3) for v in (1.0 + 20.0 * round_,) * 2]
+    assert out == [want, want]
+
+
 def _options(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
     config = hcclpy.CommConfig(name="trainer_world", exec_timeout=77)
     tr.init(rank, size, directory, pg_options=config)

@@ -25,6 +25,7 @@ _HCCL_TYPES = {
 
 # Reduced through int32, as torch_npu does (HCCL does not reduce them).
 _WIDENED = (torch.bool, torch.uint8)
+_REDUCED_NAMES = ", ".join(str(t).replace("torch.", "") for t in _HCCL_TYPES if t not in _WIDENED)
 
 _RED = dist.ReduceOp.RedOpType
 _DIRECT = {_RED.SUM: ReduceOp.SUM, _RED.PRODUCT: ReduceOp.PROD, _RED.MAX: ReduceOp.MAX, _RED.MIN: ReduceOp.MIN,
@@ -87,5 +88,5 @@ def _plan(reduce_op: Any, kind: Any, tensor_dtype: torch.dtype, operation: str) 
     dtype = _HCCL_TYPES.get(tensor_dtype)
     if dtype is None:
         raise ValueError(f"{operation} of {tensor_dtype} tensors is not supported by the hcclpy backend: HCCL "
-                         "reduces int8, int16, int32, int64, float16, bfloat16, float32 (and bool, uint8 as int32)")
+                         f"reduces {_REDUCED_NAMES} (and bool, uint8 as int32)")
     return Reduction(_DIRECT[kind], dtype, None, kind == _RED.AVG, factor)

@@ -6,9 +6,12 @@ receive second would therefore wait for each other forever on a shared communica
 direction of each pair of ranks gets its own two-rank communicator instead, with its own ordered
 executor: sends to a peer and receives from it progress independently, in the order they were
 posted, whatever the peer does meanwhile (the semantics of gloo, and what ``batch_isend_irecv``
-promises). As torch_npu does for its point-to-point communicators, they are created on first use
-(the root info travels through the process group's store) with a small buffer
-(``P2P_HCCL_BUFFSIZE`` MB, default 20).
+promises). Each tag gets channels of its own, so that messages match by tag, then in posting
+order, as with gloo. As torch_npu does for its point-to-point communicators, they are created on
+first use with a small buffer (``P2P_HCCL_BUFFSIZE`` MB, default 20). The root info travels
+through the process group's store, and the receiver says there that it has taken it: only then
+does the sender form the communicator, which would otherwise wait ``HCCL_CONNECT_TIMEOUT`` for a
+receive that never comes, where the group's timeout applies.
 """
 
 from __future__ import annotations
@@ -38,19 +41,20 @@ def p2p_config(base: Optional[CommConfig], exec_timeout: float) -> CommConfig:
 
 
 class Channel:
-    """Traffic from group rank ``source`` to group rank ``target``, seen from one of the two."""
+    """Traffic with tag ``tag`` from group rank ``source`` to group rank ``target``, seen from one
+    of the two. ``prefix`` keeps the store keys of one group's creation apart from another's."""
 
-    def __init__(self, store: Any, source: int, target: int, me: int, device: Device, config: CommConfig,
-                 group_name: str) -> None:
+    def __init__(self, store: Any, prefix: str, source: int, target: int, tag: int, me: int, device: Device,
+                 config: CommConfig, group_name: str) -> None:
         self._store = store
-        self._key = f"hcclpy/p2p/{source}-{target}"
+        self._key = f"{prefix}p2p/{source}-{target}/{tag}"
         self._sending = me == source
         self._device = device
         self._config = config
         self._comm: Optional[Communicator] = None
         self._stream: Optional[Stream] = None
         self._lock = threading.Lock()
-        self._executor = Executor(f"{group_name}-p2p-{source}-{target}")
+        self._executor = Executor(f"{group_name}-p2p-{source}-{target}-{tag}")
 
     def _connect(self) -> Communicator:
         # Runs in this channel's executor: creation waits for the peer without blocking anything else.
@@ -58,28 +62,31 @@ class Channel:
             if self._comm is None:
                 if self._sending:  # rank 0 of the pair
                     info = RootInfo.generate(self._device)
+                    self._store.delete_key(self._key + "/taken")  # from a creation that timed out before
                     self._store.set(self._key, info.to_bytes())
+                    self._wait_for(self._key + "/taken", "did not take the root info (did it post the matching receive?)")
                 else:
-                    info = RootInfo(self._wait_for_root_info())
+                    info = RootInfo(self._wait_for(self._key, "published no root info (did it post the matching send?)"))
+                    self._store.set(self._key + "/taken", b"1")
                 self._comm = Communicator(2, info, 0 if self._sending else 1, config=self._config,
                                           device=self._device)
             return self._comm
 
-    def _wait_for_root_info(self) -> bytes:
+    def _wait_for(self, key: str, failure: str) -> bytes:
+        """The value of ``key`` once the peer has set it, within the store's timeout."""
         # Polled, not a blocking get: a TCPStore client serves one request at a time, and a get
-        # waiting for this pair's root info would hold back the set of the other direction's
-        # root info by the same client, so two ranks that both receive first would each wait
-        # for the other's set until the store timed out.
+        # waiting for this pair's key would hold back the sets of the other directions by the
+        # same client, so two ranks that both receive first would each wait for the other's set
+        # until the store timed out.
         timeout = self._store.timeout.total_seconds()
         deadline = time.monotonic() + timeout
         pause = 0.0005
-        while not self._store.check([self._key]):
+        while not self._store.check([key]):
             if time.monotonic() > deadline:
-                raise CommTimeoutError(f"{self._key}: the peer published no root info within the store's timeout "
-                                       f"of {timeout:g} s (did it post the matching send?)")
+                raise CommTimeoutError(f"{self._key}: the peer {failure} within the store's timeout of {timeout:g} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
-        return self._store.get(self._key)
+        return self._store.get(key)
 
     def stream(self) -> Stream:
         """The stream NPU transfers of this channel run on (created on first use)."""

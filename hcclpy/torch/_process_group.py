@@ -31,7 +31,6 @@ from ._work import EventWork, Executor, Work
 
 log = logging.getLogger("hcclpy.torch")
 
-_ROOT_INFO_KEY = "hcclpy/root_info"
 _DRAIN_ON_SHUTDOWN = 60.0  # seconds that shutdown waits for queued operations
 
 Body = Callable[[Any], None]
@@ -108,12 +107,16 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._group_desc = ""
         self._config, device = _options(pg_options, self._timeout)
         self._device = Device(device) if device is not None else process_device(rank)
+        # torch may give a group created again (after destroy_process_group, say) a store with the
+        # same prefix, holding the last one's keys: each creation writes its keys under a number
+        # of its own. Every member counts itself in once per creation, so all derive the same one.
+        self._keys = f"hcclpy/{(store.add('hcclpy/creations', 1) - 1) // size}/"
         # Every member must take the same way to its communicator: splitting needs the parent's
         # device, so a group given its own device gets its own root info.
         self._comm = self._connect(list(global_ranks), may_split=device is None)
         self._host = HostTransport(self._comm)
         self._executor = Executor(f"pg{group_name}")
-        self._channels: Dict[Tuple[int, int], Channel] = {}
+        self._channels: Dict[Tuple[int, int, int], Channel] = {}
         self._channels_lock = threading.Lock()
         self._closed = False
 
@@ -130,9 +133,9 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                 pass
         if self.rank() == 0:
             info = RootInfo.generate(self._device)
-            self._store.set(_ROOT_INFO_KEY, info.to_bytes())
+            self._store.set(self._keys + "root_info", info.to_bytes())
         else:
-            info = RootInfo(self._store.get(_ROOT_INFO_KEY))
+            info = RootInfo(self._store.get(self._keys + "root_info"))
         log.info("process group %r: rank %d of %d, root info through the store", self._label, self.rank(),
                  self.size())
         return Communicator(self.size(), info, self.rank(), config=self._config, device=self._device)
@@ -511,14 +514,14 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     # ---------------------------------------------------------------------------- point to point
 
-    def _channel(self, source: int, target: int) -> Channel:
+    def _channel(self, source: int, target: int, tag: int) -> Channel:
         with self._channels_lock:
             self._check_open()
-            channel = self._channels.get((source, target))
+            channel = self._channels.get((source, target, tag))
             if channel is None:
-                channel = self._channels[(source, target)] = Channel(
-                    self._store, source, target, self.rank(), self._device, p2p_config(self._config, self._timeout),
-                    self._label)
+                channel = self._channels[(source, target, tag)] = Channel(
+                    self._store, self._keys, source, target, tag, self.rank(), self._device,
+                    p2p_config(self._config, self._timeout), self._label)
             return channel
 
     def _peer(self, peer: int, operation: str) -> int:
@@ -527,8 +530,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                              f"not {self.rank()})")
         return peer
 
-    def _transfer(self, operation: str, tensors: Any, peer: int, sending: bool) -> Work:
+    def _transfer(self, operation: str, tensors: Any, peer: int, sending: bool, tag: int) -> Work:
         self._check_open()
+        if isinstance(tag, bool) or not isinstance(tag, int):
+            raise TypeError(f"{operation}: tag must be an int, got {type(tag).__name__}")
         tensor = self._tensors(tensors, operation, "tensor")[0]
         peer = self._peer(peer, operation)
         where = _device_type(tensor)
@@ -536,7 +541,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             raise ValueError(f"{operation}: the hcclpy backend takes CPU or NPU tensors, got one on {where}")
         dtype, unit = movement(tensor.dtype)
         item = ("send" if sending else "recv", tensor, dtype, tensor.numel() * unit)
-        channel = self._channel(self.rank(), peer) if sending else self._channel(peer, self.rank())
+        channel = self._channel(self.rank(), peer, tag) if sending else self._channel(peer, self.rank(), tag)
         work = Work(f"{operation} with rank {peer} on process group {self._label!r}", [tensor], self._timeout)
         if where == "cpu":
             def body(comm: Communicator) -> None:
@@ -552,10 +557,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return channel.submit(body, work)
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Work:
-        return self._transfer("send", tensors, dst, True)
+        return self._transfer("send", tensors, dst, True, tag)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Work:
-        return self._transfer("recv", tensors, src, False)
+        return self._transfer("recv", tensors, src, False, tag)
 
     def recv_anysource(self, tensors: Any, tag: int = 0) -> Work:
         raise ValueError("recv without a source rank is not supported by the hcclpy backend: HCCL receives from "
