@@ -43,3 +43,50 @@ def test_initall_one_thread_drives_all_devices(programs, sim_env, nranks):
 @pytest.mark.parametrize(("nranks", "mode"), MATRIX, ids=IDS)
 def test_groups(programs, sim_env, nranks, mode):
     runner.check(runner.run(programs["groups"], runner.rank_args(nranks, mode), sim_env, timeout=180))
+
+
+# HcclCommInitClusterInfo on the rank table argv[1] names (sim_runner adds --deadline after it):
+# prints "rc message".
+RANK_TABLE_PROGRAM = r"""
+#include <stdio.h>
+#include <hccl/hccl.h>
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || aclInit(NULL) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS)
+        return 2;
+    HcclComm comm = NULL;
+    HcclResult rc = HcclCommInitClusterInfo(argv[1], 0, &comm);
+    const char *text = aclGetRecentErrMsg();
+    printf("%d %s\n", (int)rc, rc != HCCL_SUCCESS && text != NULL ? text : "");
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rank_table_program(compile_c, tmp_path_factory):
+    source = tmp_path_factory.mktemp("ranktable_program") / "init_cluster_info.c"
+    source.write_text(RANK_TABLE_PROGRAM)
+    return compile_c([source], "init_cluster_info")
+
+
+# glibc fills what malloc returns with the complement of MALLOC_PERTURB_'s low byte: 0xff ^ 0xca
+# is '5', so a parser that reads past the end of the text it was given reads more digits.
+DIGITS_AFTER_THE_TEXT = {"MALLOC_PERTURB_": str(0xFF ^ ord("5"))}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("text", "message"), [
+    ("12", '"status" must be "completed"'),
+    ("  \n7", '"status" must be "completed"'),
+    (" " * 4095 + "7", '"status" must be "completed"'),  # fills the first read exactly
+    ('{"status": "completed", "server_count": 1', "not valid JSON (expected ',' or '}' at byte 41)"),
+], ids=["number", "number-after-space", "number-at-4096", "truncated-after-a-number"])
+def test_rank_table_ending_in_a_number_is_parsed_to_its_end(rank_table_program, sim_env, tmp_path, text, message):
+    table = tmp_path / "table.json"
+    table.write_text(text)
+    result = runner.run(rank_table_program, [str(table)], sim_env, timeout=60, extra_env=DIGITS_AFTER_THE_TEXT)
+    assert result.returncode == 0, result.report()
+    rc, _, said = result.output.strip().partition(" ")
+    assert rc == "1" and message in said, result.output  # HCCL_E_PARA, about the text as written

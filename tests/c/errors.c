@@ -314,6 +314,74 @@ static int ranges(T *t)
     return 0;
 }
 
+/* An HCCL call refused with `code` whose aclGetRecentErrMsg() contains `needle`; -1 (stop the
+ * rank) if it was accepted, as REFUSED does. */
+static int refused_saying(h_ctx *ctx, int line, const char *call, long rc, long code,
+                          const char *needle)
+{
+    const char *m = aclGetRecentErrMsg(); /* read once: the call is evaluated before this runs */
+    char text[1024];
+    snprintf(text, sizeof text, "%s", m ? m : "");
+    ctx->checks++;
+    if (rc != code) {
+        h_failf(ctx, __FILE__, line, "`%s` returned %ld, expected %ld; aclGetRecentErrMsg: \"%s\"",
+                call, rc, code, text);
+        return rc == 0 ? -1 : 0;
+    }
+    H_EXPECT(ctx, strstr(text, needle) != NULL, "`%s`: aclGetRecentErrMsg \"%s\" does not "
+             "mention \"%s\"", call, text, needle);
+    return 0;
+}
+#define REFUSED_SAYING(ctx, call, code, needle)                                                 \
+    RUN(refused_saying((ctx), __LINE__, #call, (long)(call), (long)(code), (needle)))
+
+/* AllGatherV and ReduceScatterV take this rank's count twice (the scalar and its own entry of the
+ * vector); a mismatch is refused by the call itself, not by the stream synchronisation, and
+ * leaves the communicator working (still_healthy checks that at the end). */
+static int own_counts(T *t)
+{
+    h_ctx *ctx = t->ctx;
+    if (!h_case(ctx, "V operations: this rank's own count given twice, differently -> HCCL_E_PARA")) {
+        return 0;
+    }
+    HcclComm c = t->comm;
+    aclrtStream s = t->st;
+    void *a = t->a, *b = t->b;
+    const HcclDataType f32 = HCCL_DATA_TYPE_FP32;
+    const HcclReduceOp sum = HCCL_REDUCE_SUM;
+    uint64_t cnt[H_MAX_RANKS], dsp[H_MAX_RANKS];
+    for (uint32_t i = 0; i < t->n; i++) {
+        cnt[i] = 2;
+        dsp[i] = 2 * i;
+    }
+    char agv[64], rsv[64];
+    snprintf(agv, sizeof agv, "recvCounts[%u] = 2", t->me);
+    snprintf(rsv, sizeof rsv, "sendCounts[%u] = 2", t->me);
+    REFUSED_SAYING(ctx, HcclAllGatherV(a, 3, b, cnt, dsp, f32, c, s), HCCL_E_PARA, agv);
+    REFUSED_SAYING(ctx, HcclAllGatherV(a, 1, b, cnt, dsp, f32, c, s), HCCL_E_PARA, "sendCount = 1");
+    REFUSED_SAYING(ctx, HcclAllGatherV(a, 0, b, cnt, dsp, f32, c, s), HCCL_E_PARA, agv);
+    REFUSED_SAYING(ctx, HcclReduceScatterV(a, cnt, dsp, b, 3, f32, sum, c, s), HCCL_E_PARA, rsv);
+    REFUSED_SAYING(ctx, HcclReduceScatterV(a, cnt, dsp, b, 1, f32, sum, c, s), HCCL_E_PARA,
+                   "recvCount = 1");
+    REFUSED_SAYING(ctx, HcclReduceScatterV(a, cnt, dsp, b, 0, f32, sum, c, s), HCCL_E_PARA, rsv);
+    /* only this rank's entry is this rank's business: the others' are checked when they run */
+    cnt[t->me] = 0;
+    REFUSED_SAYING(ctx, HcclAllGatherV(a, 2, b, cnt, dsp, f32, c, s), HCCL_E_PARA, "= 0");
+    REFUSED_SAYING(ctx, HcclReduceScatterV(a, cnt, dsp, b, 2, f32, sum, c, s), HCCL_E_PARA, "= 0");
+    /* refused inside a group too: nothing is held for HcclGroupEnd */
+    cnt[t->me] = 2;
+    H_HCCL(ctx, HcclGroupStart());
+    REFUSED_SAYING(ctx, HcclAllGatherV(a, 5, b, cnt, dsp, f32, c, s), HCCL_E_PARA, agv);
+    REFUSED_SAYING(ctx, HcclReduceScatterV(a, cnt, dsp, b, 5, f32, sum, c, s), HCCL_E_PARA, rsv);
+    H_HCCL(ctx, HcclGroupEnd());
+    H_ACL(ctx, aclrtSynchronizeStream(s));
+    HcclResult async = HCCL_E_INTERNAL;
+    H_HCCL(ctx, HcclGetCommAsyncError(c, &async));
+    H_EXPECT(ctx, async == HCCL_SUCCESS, "HcclGetCommAsyncError = %d after refused V operations",
+             (int)async);
+    return 0;
+}
+
 static int not_device_memory(T *t)
 {
     h_ctx *ctx = t->ctx;
@@ -514,6 +582,7 @@ static int run_rank(h_ctx *ctx)
     RUN(null_pointers(&t));
     RUN(dtypes_and_ops(&t));
     RUN(ranges(&t));
+    RUN(own_counts(&t));
     RUN(not_device_memory(&t));
     RUN(past_the_end(&t));
     RUN(init_errors(&t));

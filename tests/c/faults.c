@@ -1,7 +1,8 @@
 /*
  * Faults: a peer that dies, is killed, never shows up for an operation, or never joins init.
  *
- * usage: faults --ranks N (>= 2) --mode procs [--case exit|kill|sleep|sleep-config|connect|all]
+ * usage: faults --ranks N (>= 2) --mode procs
+ *        [--case exit|kill|sleep|sleep-config|connect|suspend|all]
  *
  * The last rank is the faulty one. HCCL_EXEC_TIMEOUT defaults to 5 and HCCL_CONNECT_TIMEOUT to 3
  * here (set them in the environment to change that). The survivors must see an error within the
@@ -11,7 +12,12 @@
  *  - sleep:   the last rank never calls the AllReduce (the others time out);
  *  - sleep-config: the same on a comm whose config sets hcclExecTimeOut = 3 s while
  *             HCCL_EXEC_TIMEOUT is 30 s: the config wins;
- *  - connect: the last rank never calls HcclCommInitRootInfo (the others' init times out).
+ *  - connect: the last rank never calls HcclCommInitRootInfo (the others' init times out);
+ *  - suspend: HcclCommSuspend/HcclCommResume with nothing in flight leave the communicator
+ *             working; then rank 0 suspends while its AllReduce waits for the others: the
+ *             operation fails at once and the communicator is broken, so HcclCommResume fails
+ *             on every rank (HCCL_E_SUSPENDING on rank 0, HCCL_E_REMOTE on the others) with
+ *             the same code as the calls after it, instead of a success nothing can use.
  * After exit/kill the survivors destroy their communicator, build a new one among themselves
  * (root info through the pipes) and run an AllReduce on it.
  */
@@ -302,13 +308,107 @@ static int case_connect(h_ctx *ctx)
     return 0;
 }
 
+/* The HCCL call `rc` came from must have returned `code` with a message containing each of
+ * `needles` (NULL-terminated). */
+static void expect_refused(h_ctx *ctx, int line, const char *call, HcclResult rc, HcclResult code,
+                           const char *const *needles)
+{
+    const char *m = aclGetRecentErrMsg();
+    char text[1024];
+    snprintf(text, sizeof text, "%s", m ? m : "");
+    ctx->checks++;
+    if (rc != code) {
+        h_failf(ctx, __FILE__, line, "`%s` returned %d, expected %d; aclGetRecentErrMsg: \"%s\"",
+                call, (int)rc, (int)code, text);
+        return;
+    }
+    for (; *needles != NULL; needles++) {
+        H_EXPECT(ctx, strstr(text, *needles) != NULL, "`%s`: aclGetRecentErrMsg \"%s\" does "
+                 "not mention \"%s\"", call, text, *needles);
+    }
+}
+#define EXPECT_REFUSED(ctx, call, code, ...)                                                    \
+    do {                                                                                        \
+        const char *const needles_[] = {__VA_ARGS__, NULL};                                    \
+        expect_refused((ctx), __LINE__, #call, (call), (code), needles_);                      \
+    } while (0)
+
+static int case_suspend(h_ctx *ctx)
+{
+    RUN(h_rank_setup(ctx));
+    HcclComm comm;
+    RUN(h_world_comm(ctx, &comm));
+    bufs b;
+    RUN(alloc_bufs(ctx, &b));
+    float got[COUNT], exp[COUNT];
+    h_reduce_fill(HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, H_GEN_SUM, NULL, ctx->nranks, 0, COUNT, exp);
+
+    h_set_case(ctx, "suspend: nothing in flight, then resume");
+    H_HCCL(ctx, HcclCommSuspend(comm));
+    EXPECT_REFUSED(ctx, HcclAllReduce(b.in, b.out, COUNT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM,
+                                      comm, ctx->stream),
+                   HCCL_E_SUSPENDING, "suspended");
+    H_HCCL(ctx, HcclCommResume(comm));
+    H_HCCL(ctx, HcclCommResume(comm)); /* resuming a working communicator changes nothing */
+    H_HCCL(ctx, HcclAllReduce(b.in, b.out, COUNT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm,
+                              ctx->stream));
+    H_ACL(ctx, aclrtSynchronizeStream(ctx->stream));
+    H_ACL(ctx, aclrtMemcpy(got, sizeof got, b.out, sizeof got, ACL_MEMCPY_DEVICE_TO_HOST));
+    H_EXPECT(ctx, memcmp(got, exp, sizeof got) == 0, "AllReduce after suspend/resume is wrong");
+    HcclResult async = HCCL_E_INTERNAL;
+    H_HCCL(ctx, HcclGetCommAsyncError(comm, &async));
+    H_EXPECT(ctx, async == HCCL_SUCCESS, "HcclGetCommAsyncError = %d after suspend/resume with "
+             "nothing in flight", (int)async);
+
+    h_set_case(ctx, "suspend: an AllReduce in flight on rank 0");
+    RUN(h_oob_barrier(ctx));
+    if (ctx->rank == 0) {
+        /* the others call it only after rank 0 has given up: it waits for them until then */
+        H_HCCL(ctx, HcclAllReduce(b.in, b.out, COUNT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm,
+                                  ctx->stream));
+        h_sleep(0.2); /* picked up by the stream's worker, waiting for the peers */
+        H_HCCL(ctx, HcclCommSuspend(comm));
+        double t0 = h_now();
+        aclError ar = aclrtSynchronizeStream(ctx->stream);
+        double dt = h_now() - t0;
+        h_expect_rc(ctx, __FILE__, __LINE__, "aclrtSynchronizeStream (operation suspended)", ar,
+                    H_ANY_ERROR, 0);
+        H_EXPECT(ctx, dt < exec_timeout - 1.0, "the suspended operation took %.2f s to fail", dt);
+        EXPECT_REFUSED(ctx, HcclCommResume(comm), HCCL_E_SUSPENDING, "HcclCommResume",
+                       "has failed", "HcclCommSuspend", "destroy it");
+        EXPECT_REFUSED(ctx, HcclAllReduce(b.in, b.out, COUNT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM,
+                                          comm, ctx->stream),
+                       HCCL_E_SUSPENDING, "has failed");
+        EXPECT_REFUSED(ctx, HcclCommResume(comm), HCCL_E_SUSPENDING, "has failed");
+        H_HCCL(ctx, HcclGetCommAsyncError(comm, &async));
+        H_EXPECT(ctx, async == HCCL_E_SUSPENDING, "HcclGetCommAsyncError = %d after the "
+                 "suspended operation failed", (int)async);
+    }
+    RUN(h_oob_barrier(ctx)); /* the others go on once rank 0's operation has failed */
+    if (ctx->rank != 0) {
+        h_set_case(ctx, "suspend: the other ranks after rank 0 broke the communicator");
+        EXPECT_REFUSED(ctx, HcclCommResume(comm), HCCL_E_REMOTE, "has failed (rank 0:",
+                       "HcclCommSuspend");
+        EXPECT_REFUSED(ctx, HcclAllReduce(b.in, b.out, COUNT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM,
+                                          comm, ctx->stream),
+                       HCCL_E_REMOTE, "has failed (rank 0:");
+    }
+    h_set_case(ctx, "suspend: teardown");
+    H_HCCL(ctx, HcclCommDestroy(comm));
+    RUN(free_bufs(ctx, &b));
+    H_ACL(ctx, aclrtDestroyStream(ctx->stream)); /* rank 0's stream stays failed: a new one */
+    H_ACL(ctx, aclrtCreateStream(&ctx->stream));
+    RUN(h_rank_teardown(ctx));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setenv("HCCL_EXEC_TIMEOUT", "5", 0);
     setenv("HCCL_CONNECT_TIMEOUT", "3", 0);
     exec_timeout = env_seconds("HCCL_EXEC_TIMEOUT");
     connect_timeout = env_seconds("HCCL_CONNECT_TIMEOUT");
-    h_parse_args(argc, argv, "[--case exit|kill|sleep|sleep-config|connect|all]");
+    h_parse_args(argc, argv, "[--case exit|kill|sleep|sleep-config|connect|suspend|all]");
     if (h_opt.mode != H_MODE_PROCS || h_opt.nranks < 2) {
         fprintf(stderr, "faults needs --mode procs and --ranks >= 2\n");
         return 2;
@@ -341,6 +441,9 @@ int main(int argc, char **argv)
     }
     if (all || strcmp(which, "connect") == 0) {
         failed |= h_launch("faults-connect", case_connect, NULL, &cfg);
+    }
+    if (all || strcmp(which, "suspend") == 0) {
+        failed |= h_launch("faults-suspend", case_suspend, NULL, &cfg);
     }
     return h_finish("faults", failed);
 }

@@ -529,6 +529,117 @@ static int callbacks(h_ctx *ctx)
     return 0;
 }
 
+/* ---- the last aclrtResetDevice of a device ----------------------------------------------- */
+
+/* Dropping a device's last reference releases what was created on it (reference §3.6): its
+ * streams and events are refused from then on, as destroyed ones are, and destroying them again
+ * is an error, not a crash. A reset that leaves a reference releases nothing; streams and events
+ * of another device are untouched; the device works again after aclrtSetDevice. All ranks run
+ * this together (between barriers), so no other case holds a reference to a device meanwhile:
+ * per_thread_device sets and resets other ranks' devices. ctx->stream is replaced. */
+static int last_reset(h_ctx *ctx)
+{
+    if (!h_case(ctx, "the last aclrtResetDevice destroys the device's streams and events")) {
+        return 0;
+    }
+    RUN(h_oob_barrier(ctx));
+    uint32_t count = 0;
+    H_ACL(ctx, aclrtGetDeviceCount(&count));
+    int32_t dev = ctx->device;
+    /* a device no rank uses, when there is one: its objects must survive */
+    int32_t spare = (int32_t)(ctx->nranks + ctx->rank);
+    int has_spare = spare < (int32_t)count;
+    aclrtContext home = NULL;
+    aclrtStream s_spare = NULL;
+    aclrtEvent e_spare = NULL;
+    H_ACL(ctx, aclrtGetCurrentContext(&home));
+    if (has_spare) {
+        H_ACL(ctx, aclrtSetDevice(spare));
+        H_ACL(ctx, aclrtCreateStream(&s_spare));
+        H_ACL(ctx, aclrtCreateEvent(&e_spare));
+        H_ACL(ctx, aclrtSetCurrentContext(home)); /* back without another reference */
+    }
+
+    H_ACL(ctx, aclrtSetDevice(dev)); /* a second reference: h_rank_setup holds the first */
+    aclrtStream s = NULL, s2 = NULL;
+    aclrtEvent e = NULL, e_sync = NULL;
+    H_ACL(ctx, aclrtCreateStream(&s));
+    H_ACL(ctx, aclrtCreateStreamWithConfig(&s2, 3, 0));
+    H_ACL(ctx, aclrtCreateEvent(&e));
+    H_ACL(ctx, aclrtCreateEventWithFlag(&e_sync, ACL_EVENT_SYNC));
+    H_ACL(ctx, aclrtRecordEvent(e, s));
+    H_ACL(ctx, aclrtStreamWaitEvent(s2, e));
+
+    h_set_case(ctx, "aclrtResetDevice that leaves a reference");
+    H_ACL(ctx, aclrtResetDevice(dev));
+    H_ACL(ctx, aclrtSynchronizeStream(s));
+    H_ACL(ctx, aclrtSynchronizeStream(s2));
+    H_ACL(ctx, aclrtRecordEvent(e_sync, s2));
+    H_ACL(ctx, aclrtSynchronizeEvent(e_sync));
+
+    h_set_case(ctx, "the last aclrtResetDevice");
+    /* work still queued when the device is reset is finished first */
+    H_ACL(ctx, aclrtRecordEvent(e, s));
+    H_ACL(ctx, aclrtResetDevice(dev));
+    aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    aclrtStream streams[3] = {s, s2, ctx->stream};
+    for (int i = 0; i < 3; i++) {
+        (void)H_EXPECT_ACL(ctx, aclrtSynchronizeStream(streams[i]), ACL_ERROR_INVALID_PARAM);
+        (void)H_EXPECT_ACL(ctx, aclrtSynchronizeStreamWithTimeout(streams[i], 100),
+                           ACL_ERROR_INVALID_PARAM);
+        (void)H_EXPECT_ACL(ctx, aclrtRecordEvent(e_spare != NULL ? e_spare : e, streams[i]),
+                           ACL_ERROR_INVALID_PARAM);
+    }
+    (void)H_EXPECT_ACL(ctx, aclrtRecordEvent(e, s_spare), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtSynchronizeEvent(e), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtQueryEventStatus(e_sync, &st), ACL_ERROR_INVALID_PARAM);
+    if (has_spare) {
+        (void)H_EXPECT_ACL(ctx, aclrtStreamWaitEvent(s_spare, e_sync), ACL_ERROR_INVALID_PARAM);
+    }
+    h_set_case(ctx, "destroying what the last aclrtResetDevice released");
+    (void)H_EXPECT_ACL(ctx, aclrtDestroyStream(s), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtDestroyStreamForce(s2), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtDestroyStream(ctx->stream), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtDestroyEvent(e), ACL_ERROR_INVALID_PARAM);
+    (void)H_EXPECT_ACL(ctx, aclrtDestroyEvent(e_sync), ACL_ERROR_INVALID_PARAM);
+    ctx->stream = NULL;
+
+    if (has_spare) {
+        h_set_case(ctx, "another device's stream and event survive");
+        H_ACL(ctx, aclrtRecordEvent(e_spare, s_spare));
+        H_ACL(ctx, aclrtSynchronizeStream(s_spare));
+        H_ACL(ctx, aclrtQueryEventStatus(e_spare, &st));
+        H_EXPECT(ctx, st == ACL_EVENT_RECORDED_STATUS_COMPLETE, "event of device %d not complete "
+                 "after its stream was synchronised", spare);
+        H_ACL(ctx, aclrtDestroyEvent(e_spare));
+        H_ACL(ctx, aclrtDestroyStream(s_spare));
+        H_ACL(ctx, aclrtResetDevice(spare));
+    }
+
+    h_set_case(ctx, "the device works again after aclrtSetDevice");
+    H_ACL(ctx, aclrtSetDevice(dev));
+    H_ACL(ctx, aclrtSynchronizeStream(NULL)); /* the default stream outlives the reset */
+    H_ACL(ctx, aclrtCreateStream(&ctx->stream));
+    H_ACL(ctx, aclrtCreateEvent(&e));
+    uint8_t host[256], back[256];
+    for (size_t i = 0; i < sizeof host; i++) {
+        host[i] = (uint8_t)(i * 7 + (size_t)ctx->rank);
+    }
+    void *d = NULL;
+    H_ACL(ctx, aclrtMalloc(&d, sizeof host, ACL_MEM_MALLOC_HUGE_FIRST));
+    H_ACL(ctx, aclrtMemcpy(d, sizeof host, host, sizeof host, ACL_MEMCPY_HOST_TO_DEVICE));
+    H_ACL(ctx, aclrtMemcpyAsync(back, sizeof back, d, sizeof host, ACL_MEMCPY_DEVICE_TO_HOST,
+                                ctx->stream));
+    H_ACL(ctx, aclrtRecordEvent(e, ctx->stream));
+    H_ACL(ctx, aclrtSynchronizeEvent(e));
+    H_EXPECT(ctx, memcmp(host, back, sizeof host) == 0, "a copy after the device was set again "
+             "differs");
+    H_ACL(ctx, aclrtDestroyEvent(e));
+    H_ACL(ctx, aclrtFree(d));
+    RUN(h_oob_barrier(ctx));
+    return 0;
+}
+
 static int run_rank(h_ctx *ctx)
 {
     RUN(h_rank_setup(ctx));
@@ -546,6 +657,7 @@ static int run_rank(h_ctx *ctx)
     RUN(h_world_comm(ctx, &comm));
     RUN(wait_event_collective(ctx, comm));
     H_HCCL(ctx, HcclCommDestroy(comm));
+    RUN(last_reset(ctx));
     h_set_case(ctx, "teardown");
     RUN(h_rank_teardown(ctx));
     return 0;

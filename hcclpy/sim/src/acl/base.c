@@ -468,20 +468,27 @@ void *sim_handle_get(const void *handle, enum sim_kind kind)
     return atomic_load(&slot->object);
 }
 
-void sim_handle_free(const void *handle)
+bool sim_handle_free(const void *handle)
 {
     uint64_t value = (uint64_t)(uintptr_t)handle;
-    uint32_t index = (uint32_t)(((value >> 4) & 0x0FFFFFFF) - 1);
+    uint64_t index_plus_one = (value >> 4) & 0x0FFFFFFF;
+    if (index_plus_one == 0 || index_plus_one > (uint64_t)HANDLE_CHUNK * HANDLE_CHUNKS)
+        return false;
+    uint32_t index = (uint32_t)(index_plus_one - 1);
+    bool freed = false;
     pthread_mutex_lock(&g_handle_lock);
     handle_slot_t *slot = handle_slot(index);
-    if (slot != NULL && atomic_load(&slot->kind) != 0 && atomic_load(&slot->generation) == (uint32_t)(value >> 32)) {
+    uint32_t kind = slot == NULL ? 0 : atomic_load(&slot->kind);
+    if (kind != 0 && kind == (uint32_t)(value & 0xF) && atomic_load(&slot->generation) == (uint32_t)(value >> 32)) {
         atomic_store(&slot->kind, 0);
         atomic_store(&slot->object, NULL);
         atomic_fetch_add(&slot->generation, 1);
         slot->next_free = g_handle_free_head;
         g_handle_free_head = index + 1;
+        freed = true;
     }
     pthread_mutex_unlock(&g_handle_lock);
+    return freed;
 }
 
 /* ------------------------------------------------------------------ fork */

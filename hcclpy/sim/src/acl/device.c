@@ -186,8 +186,11 @@ SIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)
     return ACL_SUCCESS;
 }
 
-/* The device's default context and streams survive (their handles stay
- * valid); its memory is released when the last user resets it. */
+/* The device's default context and its default stream survive (their handles
+ * stay valid, for the next aclrtSetDevice).  When the last user resets it
+ * (reference §3.6: resources are freed when the count reaches 0), its memory
+ * is released and the streams and events created on it are destroyed: their
+ * handles are refused from then on, as after aclrtDestroyStream/Event. */
 SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
 {
     int err = sim_device_check(deviceId);
@@ -201,6 +204,8 @@ SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
     pthread_mutex_unlock(&device->lock);
     if (release) {
         sim_stream_sync_all(deviceId, SIM_NO_DEADLINE);
+        sim_event_release_device(deviceId);
+        sim_stream_release_device(deviceId);
         int arena_err;
         sim_arena_t *arena = sim_arena_get(deviceId, &arena_err);
         if (arena != NULL)

@@ -8,6 +8,9 @@
 
 struct sim_event {
     void *handle;
+    int device;                /* of the context it was created in */
+    size_t listed_at;          /* index in its device's list, while `listed` */
+    bool listed;
     uint32_t flags;
     bool explicit_flags;       /* created with aclrtCreateEvent[Ex]WithFlag */
     _Atomic int refs;
@@ -33,9 +36,78 @@ static sim_event_t *lookup(aclrtEvent handle, const char *api, int *err)
 {
     sim_event_t *event = sim_handle_get(handle, SIM_KIND_EVENT);
     if (event == NULL)
-        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live event (never created, or destroyed)", api,
-                         handle);
+        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live event (never created, destroyed, or "
+                         "released by the aclrtResetDevice that released its device)", api, handle);
     return event;
+}
+
+/* ------------------------------------------------------- events per device
+ *
+ * The live events of each device, so that the aclrtResetDevice that drops a
+ * device's last reference can destroy them (acl/device.c).  Whoever frees an
+ * event's handle (sim_handle_free is true for one caller only) owns the
+ * reference the handle stood for. */
+
+typedef struct {
+    sim_event_t **items;
+    size_t count, capacity;
+} event_list_t;
+
+static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
+static event_list_t g_events[SIM_MAX_DEVICES];
+
+static bool list_event(sim_event_t *event)
+{
+    event_list_t *list = &g_events[event->device];
+    pthread_mutex_lock(&g_events_lock);
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? list->capacity * 2 : 16;
+        sim_event_t **grown = realloc(list->items, capacity * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&g_events_lock);
+            return false;
+        }
+        list->items = grown;
+        list->capacity = capacity;
+    }
+    event->listed_at = list->count;
+    event->listed = true;
+    list->items[list->count++] = event;
+    pthread_mutex_unlock(&g_events_lock);
+    return true;
+}
+
+static void unlist_event(sim_event_t *event)
+{
+    event_list_t *list = &g_events[event->device];
+    pthread_mutex_lock(&g_events_lock);
+    if (event->listed) {
+        sim_event_t *last = list->items[--list->count];
+        list->items[event->listed_at] = last;
+        last->listed_at = event->listed_at;
+        event->listed = false;
+    }
+    pthread_mutex_unlock(&g_events_lock);
+}
+
+void sim_event_release_device(int device)
+{
+    event_list_t *list = &g_events[device];
+    pthread_mutex_lock(&g_events_lock);
+    event_list_t taken = *list;
+    *list = (event_list_t){NULL, 0, 0};
+    for (size_t i = 0; i < taken.count; i++) {
+        taken.items[i]->listed = false;
+        atomic_fetch_add(&taken.items[i]->refs, 1); /* alive until this loop is done with it */
+    }
+    pthread_mutex_unlock(&g_events_lock);
+    for (size_t i = 0; i < taken.count; i++) {
+        sim_event_t *event = taken.items[i];
+        if (sim_handle_free(event->handle)) /* not destroyed by the user meanwhile */
+            event_unref(event);
+        event_unref(event);
+    }
+    free(taken.items);
 }
 
 static aclError create(aclrtEvent *out, uint32_t flags, bool explicit_flags, const char *api)
@@ -46,19 +118,28 @@ static aclError create(aclrtEvent *out, uint32_t flags, bool explicit_flags, con
                      ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_EXTERNAL | ACL_EVENT_IPC;
     if ((flags & ~known) != 0)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: unknown flag bits 0x%x", api, flags & ~known);
-    if (sim_current_context() == NULL)
+    sim_context_t *context = sim_current_context();
+    if (context == NULL)
         return ACL_ERROR_RT_CONTEXT_NULL;
     sim_event_t *event = calloc(1, sizeof *event);
     if (event == NULL)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating an event");
+    event->device = context->device;
     event->flags = flags;
     event->explicit_flags = explicit_flags;
     event->refs = 1;
     pthread_mutex_init(&event->lock, NULL);
     event->handle = sim_handle_new(SIM_KIND_EVENT, event);
     if (event->handle == NULL) {
+        pthread_mutex_destroy(&event->lock);
         free(event);
         return sim_error(ACL_ERROR_RT_NO_EVENT_RESOURCE, "too many live handles");
+    }
+    if (!list_event(event)) {
+        sim_handle_free(event->handle);
+        pthread_mutex_destroy(&event->lock);
+        free(event);
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory creating an event");
     }
     *out = event->handle;
     return ACL_SUCCESS;
@@ -85,7 +166,10 @@ SIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent handle)
     sim_event_t *event = lookup(handle, "aclrtDestroyEvent", &err);
     if (event == NULL)
         return err;
-    sim_handle_free(handle);
+    if (!sim_handle_free(handle))
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDestroyEvent: %p was destroyed meanwhile (by another "
+                         "thread, or by the aclrtResetDevice that released its device)", handle);
+    unlist_event(event);
     event_unref(event);
     return ACL_SUCCESS;
 }
@@ -353,4 +437,8 @@ SIM_EXPORT aclError aclrtEventElapsedTime(float *ms, aclrtEvent start_handle, ac
 
 void sim_event_after_fork(void)
 {
+    /* The parent's events are abandoned with the rest of its runtime (acl/device.c). */
+    pthread_mutex_init(&g_events_lock, NULL);
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        g_events[d] = (event_list_t){NULL, 0, 0};
 }

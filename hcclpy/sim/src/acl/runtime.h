@@ -44,10 +44,15 @@ bool sim_host_pinned(const void *ptr, uint64_t bytes);
 int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out);
 int sim_stream_destroy(sim_stream_t *stream, bool force);
 int sim_stream_sync_all(int device, int64_t deadline_ns);
+/* Destroys every stream the user created on `device` (not the contexts' default streams):
+ * for aclrtResetDevice dropping the device's last reference.  Their handles are refused after. */
+void sim_stream_release_device(int device);
 void *sim_stream_handle(const sim_stream_t *stream);
 void sim_stream_after_fork(void);
 
 /* event.c */
+/* Destroys every event created on `device`, as sim_stream_release_device does its streams. */
+void sim_event_release_device(int device);
 void sim_event_after_fork(void);
 
 /* device.c */

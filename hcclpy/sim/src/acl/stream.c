@@ -101,7 +101,8 @@ sim_stream_t *sim_stream_resolve(const void *handle, int *err)
     }
     sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
     if (stream == NULL)
-        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%p is not a live stream (never created, or destroyed)", handle);
+        *err = sim_error(ACL_ERROR_INVALID_PARAM, "%p is not a live stream (never created, destroyed, or released "
+                         "by the aclrtResetDevice that released its device)", handle);
     return stream;
 }
 
@@ -373,7 +374,11 @@ int sim_stream_destroy(sim_stream_t *stream, bool force)
     if (force)
         record_failure(stream, ACL_ERROR_RT_STREAM_ABORT, "the stream was destroyed with work pending");
     sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
-    sim_handle_free(stream->handle);
+    /* Of a user's destroy and its device's last reset (sim_stream_release_device), the one that
+     * frees the handle tears the stream down; the other must not do it a second time. */
+    if (!sim_handle_free(stream->handle))
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%p was destroyed meanwhile (by another thread, or by the "
+                         "aclrtResetDevice that released its device)", stream->handle);
     unregister_stream(stream);
     pthread_mutex_lock(&stream->lock);
     bool started = stream->worker_started;
@@ -385,6 +390,28 @@ int sim_stream_destroy(sim_stream_t *stream, bool force)
     }
     sim_stream_unref(stream);
     return ACL_SUCCESS;
+}
+
+void sim_stream_release_device(int device)
+{
+    sim_device_t *dev = sim_device(device);
+    pthread_mutex_lock(&dev->streams_lock);
+    size_t count = 0;
+    /* Out of host memory, the streams stay usable: better than a reset that fails half done. */
+    sim_stream_t **streams = malloc((dev->stream_count ? dev->stream_count : 1) * sizeof *streams);
+    for (size_t i = 0; streams != NULL && i < dev->stream_count; i++) {
+        /* Default streams belong to their contexts, which outlive the reset. */
+        if (dev->streams[i]->is_default)
+            continue;
+        streams[count] = dev->streams[i];
+        sim_stream_ref(streams[count++]); /* alive until this function is done with it */
+    }
+    pthread_mutex_unlock(&dev->streams_lock);
+    for (size_t i = 0; i < count; i++) {
+        sim_stream_destroy(streams[i], false);
+        sim_stream_unref(streams[i]);
+    }
+    free(streams);
 }
 
 int sim_stream_sync_all(int device, int64_t deadline_ns)
@@ -464,8 +491,8 @@ static aclError destroy_stream(aclrtStream handle, bool force, const char *api)
 {
     sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
     if (stream == NULL)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live stream (never created, or destroyed)", api,
-                         handle);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live stream (never created, destroyed, or "
+                         "released by the aclrtResetDevice that released its device)", api, handle);
     if (stream->is_default)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: a default stream cannot be destroyed", api);
     return sim_stream_destroy(stream, force);

@@ -75,7 +75,9 @@ enum sim_kind { SIM_KIND_STREAM = 1, SIM_KIND_EVENT, SIM_KIND_CONTEXT, SIM_KIND_
 
 SIM_EXPORT void *sim_handle_new(enum sim_kind kind, void *object);
 SIM_EXPORT void *sim_handle_get(const void *handle, enum sim_kind kind);
-SIM_EXPORT void sim_handle_free(const void *handle);
+/* Frees a live handle; false if it was not live (never made, or freed already): of two
+ * threads freeing one handle, exactly one gets true and owns the object's teardown. */
+SIM_EXPORT bool sim_handle_free(const void *handle);
 
 /* ---------------------------------------------------------------- waiting */
 

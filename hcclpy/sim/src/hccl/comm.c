@@ -271,6 +271,20 @@ HcclResult hccl_comm_broken(const hccl_comm_t *comm)
     return (HcclResult)atomic_load_explicit(&comm->header->abort_code, memory_order_acquire);
 }
 
+int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api)
+{
+    HcclResult broken = hccl_comm_broken(comm);
+    if (broken == HCCL_SUCCESS)
+        return HCCL_SUCCESS;
+    seg_header_t *header = comm->header;
+    /* Another rank's failure is a remote error here (as for operations in flight). */
+    if (broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)comm->rank)
+        broken = HCCL_E_REMOTE;
+    return hccl_error(broken, "%s: communicator '%s' has failed (rank %d: %s); destroy it and create a new one", api,
+                      comm->name, (int)header->abort_rank,
+                      atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");
+}
+
 /* Opens the segment named by the root info and maps its header. */
 static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t **header_out)
 {
@@ -939,8 +953,12 @@ HCCL_API HcclResult HcclCommResume(HcclComm handle)
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclCommResume", &err);
     if (comm == NULL)
         return err;
+    /* A suspension that stopped an operation in flight broke the communicator on every rank
+     * (exec.c): nothing restores that, so Resume reports it instead of a success after which
+     * every call fails.  The suspension is lifted all the same, so that later calls give the
+     * same code and message as this one (the failure, not "suspended: call HcclCommResume"). */
     atomic_store(&comm->suspended, false);
-    return HCCL_SUCCESS;
+    return hccl_comm_check_usable(comm, "HcclCommResume");
 }
 
 /* ------------------------------------------------------------------- fork */

@@ -299,7 +299,8 @@ static int work_all_to_all_vc(op_task_t *op, size_t elem)
     return STEP_DONE;
 }
 
-/* vectors: recvCounts, recvDispls. */
+/* vectors: recvCounts, recvDispls.  This rank's own entry was checked against its sendCount
+ * when the operation was called (ops.c); the other ranks' entries can only be checked here. */
 static int work_all_gather_v(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;
@@ -316,7 +317,8 @@ static int work_all_gather_v(op_task_t *op, size_t elem)
     return STEP_DONE;
 }
 
-/* vectors: sendCounts, sendDispls (published). */
+/* vectors: sendCounts, sendDispls (published).  sendCounts[rank] = recvCount of this rank was
+ * checked when the operation was called (ops.c); what the other ranks send it, only here. */
 static int work_reduce_scatter_v(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;

@@ -180,6 +180,10 @@ void hccl_comm_unref(hccl_comm_t *comm);
 /* Marks the communicator broken on every rank (first failure wins). */
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
 HcclResult hccl_comm_broken(const hccl_comm_t *comm);
+/* HCCL_SUCCESS while the communicator works; once it is broken, the code a call on this rank
+ * reports for that (another rank's failure is HCCL_E_REMOTE here, a timeout stays a timeout),
+ * recorded with "<api>: communicator '<name>' has failed (rank R: why); destroy it ...". */
+int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api);
 int hccl_get_root_info(rootinfo_wire_t *wire);
 int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
                    int device, const char *node, HcclComm *out);

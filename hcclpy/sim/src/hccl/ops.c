@@ -99,8 +99,8 @@ static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_han
     call->stream = sim_handle_get(stream_handle, SIM_KIND_STREAM);
     call->stream_handle = stream_handle;
     if (call->stream == NULL)
-        return hccl_error(HCCL_E_PARA, "%s: %p is not a live stream (never created, or destroyed)", api,
-                          stream_handle);
+        return hccl_error(HCCL_E_PARA, "%s: %p is not a live stream (never created, destroyed, or released by the "
+                          "aclrtResetDevice that released its device)", api, stream_handle);
     int device = sim_stream_device(call->stream);
     if (device != call->comm->device)
         return hccl_error(HCCL_E_PARA, "%s: the stream belongs to device %d but communicator '%s' to device %d", api,
@@ -108,17 +108,7 @@ static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_han
     if (atomic_load(&call->comm->suspended))
         return hccl_error(HCCL_E_SUSPENDING, "%s: communicator '%s' is suspended (HcclCommResume)", api,
                           call->comm->name);
-    HcclResult broken = hccl_comm_broken(call->comm);
-    if (broken != HCCL_SUCCESS) {
-        seg_header_t *header = call->comm->header;
-        /* Another rank's failure is a remote error here (as for operations in flight). */
-        if (broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)call->comm->rank)
-            broken = HCCL_E_REMOTE;
-        return hccl_error(broken, "%s: communicator '%s' has failed (rank %d: %s); destroy it and create a new one",
-                          api, call->comm->name, (int)header->abort_rank,
-                          atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");
-    }
-    return HCCL_SUCCESS;
+    return hccl_comm_check_usable(call->comm, api);
 }
 
 /* A type the simulator moves, and one the product profile allows for an
@@ -494,6 +484,23 @@ static int check_vbuffer(const call_t *call, const char *what, const void *ptr, 
     return check_buffer(call, what, ptr, *extent, dtype, offset);
 }
 
+/* AllGatherV and ReduceScatterV give this rank's count twice: as the scalar `what` and as entry
+ * [rank] of the vector `vector_name` (what the rank sends to / keeps of itself).  Both are the
+ * caller's own arguments, so a mismatch is refused here, before anything is queued: found while
+ * running, it would fail the operation and break the communicator on every rank.  Whether the
+ * other ranks' entries match what those ranks pass is known only then (exec.c). */
+static int check_own_count(const call_t *call, const char *what, uint64_t count, const char *vector_name,
+                           const void *vector)
+{
+    uint32_t me = call->comm->rank;
+    uint64_t own = ((const uint64_t *)vector)[me];
+    if (own == count)
+        return HCCL_SUCCESS;
+    return hccl_error(HCCL_E_PARA, "%s: %s = %llu does not match %s[%u] = %llu, the entry for this rank (rank %u of "
+                      "'%s'); the two must be equal", call->api, what, (unsigned long long)count, vector_name, me,
+                      (unsigned long long)own, me, call->comm->name);
+}
+
 HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, const void *sdispls,
                                   HcclDataType sendType, const void *recvBuf, const void *recvCounts,
                                   const void *rdispls, HcclDataType recvType, HcclComm comm, aclrtStream stream)
@@ -604,6 +611,8 @@ HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recv
         err = check_dtype(&call, "dataType", dataType);
     if (err == HCCL_SUCCESS)
         err = check_count(&call, "sendCount", sendCount);
+    if (err == HCCL_SUCCESS)
+        err = check_own_count(&call, "sendCount", sendCount, "recvCounts", recvCounts);
     if (err != HCCL_SUCCESS)
         return err;
     uint32_t n = call.comm->nranks;
@@ -649,6 +658,8 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
         err = check_op(&call, op, dataType);
     if (err == HCCL_SUCCESS)
         err = check_count(&call, "recvCount", recvCount);
+    if (err == HCCL_SUCCESS)
+        err = check_own_count(&call, "recvCount", recvCount, "sendCounts", sendCounts);
     if (err != HCCL_SUCCESS)
         return err;
     uint32_t n = call.comm->nranks;

@@ -272,8 +272,11 @@ static int read_file(const char *path, char **data, size_t *size)
     if (file == NULL)
         return hccl_error(HCCL_E_OPEN_FILE_FAILURE, "HcclCommInitClusterInfo: cannot open the rank table '%s': %s",
                           path, strerror(errno));
+    /* One byte more than `capacity` for a terminating NUL: the parser hands the text to strtod,
+     * which reads until a character that cannot continue the number, so a table ending in a
+     * digit would otherwise be read on into whatever follows it in memory. */
     size_t capacity = 4096, length = 0;
-    char *buffer = malloc(capacity);
+    char *buffer = malloc(capacity + 1);
     while (buffer != NULL) {
         if (length == capacity) {
             if (capacity >= (16u << 20)) {
@@ -282,9 +285,12 @@ static int read_file(const char *path, char **data, size_t *size)
                 return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table '%s' is larger than 16 MiB",
                                   path);
             }
-            char *grown = realloc(buffer, capacity * 2);
-            if (grown == NULL)
+            char *grown = realloc(buffer, capacity * 2 + 1);
+            if (grown == NULL) {
+                free(buffer); /* not half a table parsed as if it were all of it */
+                buffer = NULL;
                 break;
+            }
             buffer = grown;
             capacity *= 2;
         }
@@ -296,6 +302,7 @@ static int read_file(const char *path, char **data, size_t *size)
     fclose(file);
     if (buffer == NULL)
         return hccl_error(HCCL_E_MEMORY, "out of host memory");
+    buffer[length] = '\0';
     *data = buffer;
     *size = length;
     return HCCL_SUCCESS;
