@@ -96,8 +96,7 @@ def _size_class(nbytes: int) -> int:
 class _Staging:
     """A communicator's stream and scratch buffers for host arrays.
 
-    A call uses it as :func:`_locked_staging` hands it out, locked, in a ``with`` block, which
-    unlocks it."""
+    A call takes it from :func:`_locked_staging`, locked, and releases ``lock`` when done."""
 
     def __init__(self, comm: CommCore) -> None:
         # The scratch buffers are shared: calls from several threads take turns.
@@ -156,12 +155,6 @@ class _Staging:
             current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
         return current[1]
 
-    def __enter__(self) -> "_Staging":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.lock.release()
-
     def close(self) -> None:
         self.closed = True
         self._views.clear()
@@ -175,8 +168,8 @@ class _Staging:
 
 
 def _locked_staging(comm: CommCore) -> _Staging:
-    """The communicator's staging with its lock taken, for a ``with`` block that releases it. One
-    that :func:`release` closed while this thread waited for the lock is replaced by a new one."""
+    """The communicator's staging with its lock taken (the caller releases it). One that
+    :func:`release` closed while this thread waited for the lock is replaced by a new one."""
     while True:
         staging = _staging(comm)
         staging.lock.acquire()
@@ -326,8 +319,11 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     """Stage ``count`` elements through the device in chunks: copy from ``src`` in, ``run(chunk,
     None, stream)`` on the device (in place on the chunk), copy the chunk out to ``dst`` (C pointers
     to host memory; either may be None on ranks that lack it)."""
-    with _locked_staging(comm) as staging:
+    staging = _locked_staging(comm)
+    try:
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
+    finally:
+        staging.lock.release()
 
 
 def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
@@ -438,7 +434,8 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
            run: Any) -> None:
     """Stage a whole operation through the device: copy from ``src`` in, ``run(send, recv, stream)``,
     copy out to ``dst`` (host memory as for :func:`_copy_pieces`, or None)."""
-    with _locked_staging(comm) as staging:
+    staging = _locked_staging(comm)
+    try:
         stream = staging.stream
         send = staging.buffer("send", send_count, dtype)
         recv = staging.buffer("recv", recv_count, dtype)
@@ -448,13 +445,18 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
         stream.synchronize()
         if dst is not None:
             _copy_pieces(staging, recv._cptr, dst, recv.nbytes, _D2H)
+    finally:
+        staging.lock.release()
 
 
 def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
     """Sends and receives of host memory at once: ``(kind, pointer, count, dtype, peer)`` items
     (already checked); received data is written to its pointer."""
-    with _locked_staging(comm) as staging:
+    staging = _locked_staging(comm)
+    try:
         _post(staging, comm, items)
+    finally:
+        staging.lock.release()
 
 
 def _post(staging: _Staging, comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
@@ -697,9 +699,12 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
 
 def barrier(comm: CommCore) -> None:
     """Block until every rank has reached the barrier."""
-    with _locked_staging(comm) as staging:
+    staging = _locked_staging(comm)
+    try:
         collectives.barrier(comm, stream=staging.stream)
         staging.stream.synchronize()
+    finally:
+        staging.lock.release()
 
 
 collectives.register_host(sys.modules[__name__])
