@@ -31,11 +31,26 @@ from ._work import Executor, Work
 _P2P_BUFFER_MB = 20
 
 
+def _p2p_buffer_mb() -> int:
+    """``P2P_HCCL_BUFFSIZE``: MB of buffer for each point-to-point communicator (default 20)."""
+    raw = os.environ.get("P2P_HCCL_BUFFSIZE", "").strip()
+    if not raw:
+        return _P2P_BUFFER_MB
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"P2P_HCCL_BUFFSIZE is {raw!r}; use a whole number of MB, 1 or more (default "
+                         f"{_P2P_BUFFER_MB})")
+    return value
+
+
 def p2p_config(base: Optional[CommConfig], exec_timeout: float) -> CommConfig:
     """The configuration of point-to-point communicators: the group's, with a small buffer."""
     values = {} if base is None else {k: v for k, v in vars(base).items() if v is not None}
     values.pop("name", None)  # names are unique per communicator: let the library choose
-    values["buffer_size_mb"] = int(os.environ.get("P2P_HCCL_BUFFSIZE", str(_P2P_BUFFER_MB)))
+    values["buffer_size_mb"] = _p2p_buffer_mb()
     values.setdefault("exec_timeout", exec_timeout)
     return CommConfig(**values)
 

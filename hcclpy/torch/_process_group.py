@@ -185,6 +185,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         for channel in channels:
             channel.close(_DRAIN_ON_SHUTDOWN)
         self._comm.destroy()
+        log.info("process group %r destroyed", self._label)
 
     def abort(self) -> None:
         self.shutdown()
