@@ -7,12 +7,28 @@ do not depend on how a communicator was created.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict
+import threading
+from typing import Any, Dict, Tuple
 
 from . import _ffi
 from .runtime import Device
 
 __all__ = ["CommCore"]
+
+# How many communicators of each (name, size, rank) this process has created: a communicator's
+# place in that count tells it apart from others of its name in the flight recorder.
+_created: Dict[Tuple[str, int, int], int] = {}
+_created_lock = threading.Lock()
+
+
+def _instance(name: str, size: int, rank: int) -> int:
+    """Count one more communicator ``name`` of ``size`` ranks created for ``rank`` in this process
+    and return its number (1 for the first). Ranks create the communicators of one name in the same
+    order (creation is collective), so the k-th on one rank is the k-th on every rank."""
+    key = (name, size, rank)
+    with _created_lock:
+        _created[key] = number = _created.get(key, 0) + 1
+    return number
 
 
 class CommCore:
@@ -20,7 +36,8 @@ class CommCore:
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
                  "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
-                 "_layout_memo", "_batch_items", "_batch_memo", "_batch_seen", "_trace_info", "_trace_seq")
+                 "_layout_memo", "_batch_items", "_batch_memo", "_batch_seen", "_trace_info", "_trace_seq",
+                 "_trace_p2p")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
         self._handle = handle
@@ -36,9 +53,12 @@ class CommCore:
         self._default_stream: Any = None  # the device's default stream, looked up on first use
         self._vector_cache: Dict[Any, Any] = {}  # count vectors already checked and converted to C
         self._packed_cache: Dict[Any, Any] = {}  # packed displacements of those counts
-        # What the flight recorder stores of this communicator, and how it numbers its operations.
-        self._trace_info = (name, rank, size)
+        # What the flight recorder stores of this communicator (its name, rank, size and which
+        # communicator of that name it is; 0 until it exists), and how it numbers its operations:
+        # collectives, which every rank issues in the same order, apart from sends and receives.
+        self._trace_info = (name, rank, size, _instance(name, size, rank) if handle is not None else 0)
         self._trace_seq = itertools.count(1)
+        self._trace_p2p = itertools.count(1)
         self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
         self._batch_items: Dict[Any, Any] = {}  # C item arrays of send/receive batches, by their values
         # A batch made again: its items (as weak proxies), its arrays' allocations (weak proxies), its C

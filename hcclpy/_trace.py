@@ -67,8 +67,11 @@ def new_progress() -> list:
     return [0, 0, 0]
 
 
-# A record: (mark = enqueue time in ns, (communicator name, rank, size), sequence number in the
-#            communicator, C function, count, dtype, detail, the stream's progress, the stream's handle).
+# A record: (mark = enqueue time in ns, (communicator name, rank, size, instance), sequence number,
+#            C function, count, dtype, detail, the stream's progress, the stream's handle).
+# The sequence number counts the communicator's collectives, or, for a send, a receive or a batch
+# of them (C function HcclSend, HcclRecv, HcclBatchSendRecv), its point-to-point calls apart; the
+# instance tells communicators of one name apart (the k-th of that name this rank created).
 # The collectives build it inline (a function call would double the cost).
 
 

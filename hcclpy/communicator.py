@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -13,7 +14,7 @@ import numpy as np
 from . import _ffi, collectives, host, trace
 from ._comm_core import CommCore
 from .config import CommConfig
-from .errors import HcclError, HcclResult, UnsupportedError
+from .errors import HcclError, HcclResult, UnsupportedError, communicator_error
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
 from .types import DataType
@@ -21,7 +22,13 @@ from .types import DataType
 __all__ = ["Communicator"]
 
 ConfigLike = Union[CommConfig, Mapping[str, Any], None]
-_NON_MEMBER = 0xFFFFFFFF
+_UINT32_MAX = 0xFFFFFFFF
+_NON_MEMBER = 0xFFFFFFFF  # the sub-communicator id of ranks outside a split
+# Sub-communicator ids: the user's sub_id values are below _NON_MEMBER (they fit a uint32_t, as
+# torch_npu's do); a collective split takes _AUTO_SUB_ID + k for the parent's k-th collective split
+# (the same k on every parent rank, since they all split in the same order), so the two never meet.
+_AUTO_SUB_ID = 1 << 32
+_ABORT_GRACE = 5.0  # seconds aborted operations get to be released before destroy() reports them
 log = logging.getLogger("hcclpy")
 _NAME_BYTES = 128
 
@@ -32,10 +39,53 @@ def _warn_not_destroyed(name: str) -> None:
                   "process exits", ResourceWarning, stacklevel=2)
 
 
-def _positive_int(value: Any, argument: str, low: int = 1) -> int:
+def _positive_int(value: Any, argument: str, low: int = 1, high: int = _UINT32_MAX) -> int:
+    """``value`` as an int in ``[low, high]`` (NumPy ints too; HCCL takes it as a uint32_t)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{argument}={value!r} must be an int >= {low}")
+    if value > high:
+        raise ValueError(f"{argument}={value!r} must be an int in [{low}, {high}]")
     return int(value)
+
+
+def _deadline(timeout: Any) -> Optional[float]:
+    """The ``time.monotonic()`` by which ``timeout`` seconds have passed; None for no limit."""
+    if timeout is None or timeout == float("inf"):
+        return None
+    # "not timeout >= 0" refuses NaN too, which every comparison calls false.
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) \
+            or not timeout >= 0:
+        raise ValueError(f"timeout={timeout!r} must be None (no limit) or a number of seconds >= 0")
+    return time.monotonic() + float(timeout)
+
+
+def _remaining(deadline: Optional[float]) -> Optional[float]:
+    """Seconds left until ``deadline`` (at least 1 ms, a wait's shortest), or None for no limit."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+
+def _library_text(bound: Any, code: int) -> Optional[str]:
+    """What the library says of result ``code`` (``HcclGetErrorString``), if it can say."""
+    if not bound.present.get("HcclGetErrorString"):
+        return None
+    return _ffi.string(bound.HcclGetErrorString(code)) or None
+
+
+def _per_operation(items: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per operation type of ``items`` (flight-recorder records): ``count``, ``bytes`` and
+    ``average_latency_us`` (None when none was seen complete)."""
+    operations: Dict[str, Dict[str, Any]] = {}
+    for item in items:
+        stats = operations.setdefault(item["op"], {"count": 0, "bytes": 0, "_latency": 0, "_timed": 0})
+        stats["count"] += 1
+        stats["bytes"] += item["count"] * (DataType[item["dtype"].upper()].itemsize if item["dtype"] else 0)
+        if item["completed_by_ns"] is not None:
+            stats["_latency"] += item["completed_by_ns"] - item["queued_ns"]
+            stats["_timed"] += 1
+    for stats in operations.values():
+        timed, latency = stats.pop("_timed"), stats.pop("_latency")
+        stats["average_latency_us"] = latency / timed / 1e3 if timed else None
+    return operations
 
 
 def _device_for(device: Any) -> Device:
@@ -85,7 +135,7 @@ class Communicator(CommCore):
         missing).
     """
 
-    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config")
+    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_aborted")
 
     def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
                  device: Any = None) -> None:
@@ -146,6 +196,7 @@ class Communicator(CommCore):
         self._bind(handle, rank, size, device, name)
         self._splits = 0
         self._is_sub = is_sub
+        self._aborted = False
         self._config = config
         self._finalizer = weakref.finalize(self, _warn_not_destroyed, name)
         self._finalizer.atexit = False
@@ -185,6 +236,9 @@ class Communicator(CommCore):
     def init_all(cls, devices: Sequence[Any]) -> List["Communicator"]:
         """One communicator per device, all in this process (``HcclCommInitAll``); rank ``i`` runs on
         ``devices[i]``. Drive them from one thread with :func:`hcclpy.group`, or one thread each."""
+        if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+            raise TypeError(f"devices must be a sequence of devices (ids or hcclpy.Device), one per rank, got "
+                            f"{devices!r} ({type(devices).__name__})")
         ids = [Device(d).id for d in devices]
         if not ids:
             raise ValueError("devices must list at least one device")
@@ -204,12 +258,18 @@ class Communicator(CommCore):
 
         Without ``sub_id`` the split is collective over the parent: every parent rank calls it, with
         the same ``ranks``, in the same order relative to other splits; members get the
-        sub-communicator, the others None. With ``sub_id`` (a number every member passes and no other
-        split of this parent uses) only the members call it; that needs ``HcclCreateSubCommConfig``
-        and a parent that is not itself a sub-communicator.
+        sub-communicator, the others None. With ``sub_id`` only the members call it; that needs
+        ``HcclCreateSubCommConfig`` and a parent that is not itself a sub-communicator.
+
+        ``sub_id`` is a number in ``[0, 2**32 - 2]`` that every member passes and no other split of
+        this parent in progress uses (``2**32 - 1`` marks non-members in HCCL). Collective splits
+        take their ids from ``2**32`` up, so they never meet a ``sub_id``.
 
         Raises
         ------
+        ValueError
+            Bad ``ranks``, or ``sub_id`` not an int in ``[0, 2**32 - 2]``, or this rank not in
+            ``ranks`` when ``sub_id`` is given.
         UnsupportedError
             ``sub_id`` given where the library cannot split without the whole parent.
 
@@ -241,7 +301,8 @@ class Communicator(CommCore):
             c_config = (cfg or CommConfig()).to_c()
             if member:
                 rc = bound.HcclCreateSubCommConfig(parent, len(members), _ffi.new("uint32_t[]", members),
-                                                   self._splits, members.index(self._rank), c_config, out)
+                                                   _AUTO_SUB_ID + self._splits, members.index(self._rank), c_config,
+                                                   out)
             else:
                 rc = bound.HcclCreateSubCommConfig(parent, 0, _ffi.NULL, _NON_MEMBER, 0, c_config, out)
             _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
@@ -268,7 +329,8 @@ class Communicator(CommCore):
 
     def _split_members_only(self, members: List[int], sub_id: Any, cfg: Optional[CommConfig]) -> "Communicator":
         if isinstance(sub_id, bool) or not isinstance(sub_id, (int, np.integer)) or not 0 <= sub_id < _NON_MEMBER:
-            raise ValueError(f"sub_id={sub_id!r} must be an int in [0, {_NON_MEMBER})")
+            raise ValueError(f"sub_id={sub_id!r} must be an int in [0, {_NON_MEMBER - 1}] ({_NON_MEMBER} marks the "
+                             "ranks outside a split; collective splits use ids from 2**32 up)")
         if self._rank not in members:
             raise ValueError(f"ranks={members!r} must include this rank ({self._rank}) when sub_id is given: "
                              "only members call a split by id")
@@ -291,27 +353,38 @@ class Communicator(CommCore):
     def async_error(self) -> Optional[HcclError]:
         """The error that broke the communicator (for example a dead peer), or None if it is healthy.
 
-        The exception is returned, not raised.
+        The exception is returned, not raised; its message describes the communicator's error (the
+        query itself succeeded). When another rank broke the communicator — it failed, or aborted it
+        (``HCCL_E_REMOTE``, or a suspension this rank did not ask for) — it is a
+        :class:`~hcclpy.RemoteRankError`, as this rank's operations then fail.
         """
         bound = _ffi.api()
         code = _ffi.new("HcclResult *")
         _ffi.check_hccl(bound.HcclGetCommAsyncError(self._live_handle(), code), "HcclGetCommAsyncError")
         if code[0] == 0:
             return None
-        return _ffi.hccl_failure(int(code[0]), "HcclGetCommAsyncError", context=f"communicator '{self._name}'")
+        # A suspension this rank did not ask for was another rank's abort (older simulators and
+        # libraries report it as such rather than as HCCL_E_REMOTE).
+        remote = code[0] == HcclResult.HCCL_E_REMOTE or (code[0] == HcclResult.HCCL_E_SUSPENDING and not self._aborted)
+        return communicator_error(int(code[0]), self._name, remote=remote, recent=_ffi._recent_message(bound),
+                                  library_text=_library_text(bound, int(code[0])))
 
     def health(self) -> Dict[str, Any]:
         """What the flight recorder (:mod:`hcclpy.trace`) knows of this rank's operations on the
-        communicator, over the operations the recorder still holds.
+        communicator, over the operations the recorder still holds (this communicator's only, not
+        those of an earlier one of the same name).
 
         Returns
         -------
         dict
-            ``pending`` (operations queued and not yet seen complete), ``last_completed`` and
-            ``first_pending`` (sequence numbers, or None), ``issued`` (the last sequence number),
-            ``last_error`` (:meth:`async_error`) and ``operations``: per operation type, ``count``,
-            ``bytes`` (each rank's buffer) and ``average_latency_us`` (from queueing to when hcclpy
-            saw it complete: an upper bound; None when none completed).
+            ``pending`` (operations queued and not yet seen complete, point-to-point calls
+            included), ``last_completed`` and ``first_pending`` (collectives' sequence numbers, the
+            same on every rank, or None), ``issued`` (the last collective's number, 0 for none),
+            ``p2p_issued`` (the number of the last send, receive or batch of them, which are
+            numbered apart; 0 for none), ``last_error`` (:meth:`async_error`) and ``operations``: per
+            operation type, ``count``, ``bytes`` (each rank's buffer) and ``average_latency_us``
+            (from queueing to when hcclpy saw it complete: an upper bound; None when none
+            completed).
 
         Examples
         --------
@@ -319,22 +392,13 @@ class Communicator(CommCore):
         0
         """
         items = trace.records(self)
-        done = [r["seq"] for r in items if r["state"] == "completed"]
-        waiting = [r["seq"] for r in items if r["state"] != "completed"]
-        operations: Dict[str, Dict[str, Any]] = {}
-        for item in items:
-            stats = operations.setdefault(item["op"], {"count": 0, "bytes": 0, "_latency": 0, "_timed": 0})
-            stats["count"] += 1
-            stats["bytes"] += item["count"] * (DataType[item["dtype"].upper()].itemsize if item["dtype"] else 0)
-            if item["completed_by_ns"] is not None:
-                stats["_latency"] += item["completed_by_ns"] - item["queued_ns"]
-                stats["_timed"] += 1
-        for stats in operations.values():
-            timed, latency = stats.pop("_timed"), stats.pop("_latency")
-            stats["average_latency_us"] = latency / timed / 1e3 if timed else None
-        return {"pending": len(waiting), "last_completed": max(done, default=None),
-                "first_pending": min(waiting, default=None), "issued": max((r["seq"] for r in items), default=0),
-                "last_error": self.async_error(), "operations": operations}
+        collectives = [r for r in items if r["seq"] is not None]
+        done = [r["seq"] for r in collectives if r["state"] == "completed"]
+        waiting = [r["seq"] for r in collectives if r["state"] != "completed"]
+        return {"pending": sum(r["state"] != "completed" for r in items), "last_completed": max(done, default=None),
+                "first_pending": min(waiting, default=None), "issued": max((r["seq"] for r in collectives), default=0),
+                "p2p_issued": max((r["p2p_seq"] for r in items if r["p2p_seq"] is not None), default=0),
+                "last_error": self.async_error(), "operations": _per_operation(items)}
 
     def abort(self) -> None:
         """Stop the communicator on this rank, from any thread (``HcclCommSuspend``).
@@ -342,7 +406,8 @@ class Communicator(CommCore):
         Operations in flight fail at once (``HCCL_E_SUSPENDING``), so a thread stuck waiting for a
         collective is released with an exception; later calls are refused; the other ranks' pending
         operations fail with a remote error naming this rank. :meth:`async_error` reports what
-        failed. Call :meth:`destroy` afterwards to free the communicator.
+        failed. Call :meth:`destroy` afterwards to free the communicator: it gives the stopped
+        operations a few seconds to be released.
 
         Raises
         ------
@@ -358,34 +423,97 @@ class Communicator(CommCore):
         if not bound.present["HcclCommSuspend"]:
             raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")
         _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
+        self._aborted = True
         log.warning("communicator '%s' aborted on rank %d", self._name, self._rank)
 
-    def destroy(self) -> None:
+    def destroy(self, timeout: Optional[float] = None) -> None:
         """Destroy the communicator (call it on every rank). Idempotent.
 
         Work queued on hcclpy's default stream is waited for first; work on your own streams must be
-        synchronised before.
+        synchronised before, unless ``timeout`` is given or the communicator was aborted. After an
+        abort (yours or the timeout's), destroy waits up to a few seconds for the stopped
+        operations to be released.
+
+        Parameters
+        ----------
+        timeout
+            Seconds to wait at most for this communicator's queued work, on the default stream and
+            on your own streams. If some is still in flight then (a peer that never joins, say), the
+            communicator is aborted first (:meth:`abort`: the work fails here at once, and on the
+            other ranks with a remote error), then destroyed. None (the default) waits for the
+            default stream as long as it takes (its operations end by their exec timeout, never
+            when that is 0) and reports work on other streams at once.
 
         Raises
         ------
         HcclError
-            ``HCCL_E_AGAIN`` if operations are still in flight on other streams.
+            ``HCCL_E_AGAIN`` if operations are still in flight on other streams (without
+            ``timeout``), or were not released a few seconds after an abort.
+        ValueError
+            If ``timeout`` is not None or a number of seconds >= 0.
+
+        Examples
+        --------
+        >>> try:
+        ...     stream.synchronize(timeout=60)
+        ... except hcclpy.CommTimeoutError:
+        ...     comm.destroy(timeout=0)     # stuck: abort, then destroy
         """
         handle = self._handle
         if handle is None:
             return
+        deadline = _deadline(timeout)
         host.release(self)
-        default = Device._default_streams.get(self._device_id)
-        if default is not None and not default.closed:
-            try:
-                default.synchronize()
-            except Exception:  # noqa: BLE001 - a failed stream must not prevent teardown
-                pass
-        _ffi.check_hccl(self._api.HcclCommDestroy(handle), "HcclCommDestroy", context=f"destroying '{self._name}'")
+        self._wait_default_stream(deadline)
+        self._destroy_handle(handle, deadline)
         log.info("communicator '%s' destroyed on rank %d", self._name, self._rank)
         self._handle = None
         self._closed_by = "destroyed"
         self._finalizer.detach()
+
+    def _wait_default_stream(self, deadline: Optional[float]) -> None:
+        """Wait for the device's default stream until ``deadline`` (None: as long as it takes)."""
+        default = Device._default_streams.get(self._device_id)
+        if default is None or default.closed:
+            return
+        try:
+            default.synchronize(timeout=_remaining(deadline))
+        except Exception:  # noqa: BLE001 - a failed or slow stream must not prevent teardown
+            pass
+
+    def _destroy_handle(self, handle: Any, deadline: Optional[float]) -> None:
+        """``HcclCommDestroy``, tried again while operations in flight (``HCCL_E_AGAIN``) may still
+        end: until ``deadline``, which then aborts the communicator, and for a grace after an abort."""
+        released_by: Optional[float] = None  # the end of the grace, once aborted
+        pause = 0.001
+        while True:
+            rc = self._api.HcclCommDestroy(handle)
+            if rc != HcclResult.HCCL_E_AGAIN:
+                break
+            now = time.monotonic()
+            if self._aborted:
+                released_by = released_by or now + _ABORT_GRACE
+                if now >= released_by:
+                    break
+            elif deadline is None:
+                break  # work on the caller's streams: theirs to synchronise
+            elif now >= deadline:
+                if not self._abort_for_destroy():
+                    break
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        _ffi.check_hccl(rc, "HcclCommDestroy", context=f"destroying '{self._name}'")
+
+    def _abort_for_destroy(self) -> bool:
+        """Abort the communicator because destroy's timeout passed; False if this HCCL cannot."""
+        if not self._api.present["HcclCommSuspend"]:
+            return False
+        log.warning("communicator '%s': work still in flight when destroy's timeout passed; aborting it",
+                    self._name)
+        self.abort()
+        self._wait_default_stream(time.monotonic() + _ABORT_GRACE)
+        return True
 
     def __enter__(self) -> "Communicator":
         self._live_handle()

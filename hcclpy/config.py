@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 import struct
 from typing import Any, Mapping, Optional, Union
@@ -49,11 +50,70 @@ def _text_field(value: Optional[str], field: str, limit: int) -> Optional[bytes]
     return data
 
 
-def _int_field(value: Any, field: str, low: int, high: int) -> None:
+def _int_field(value: Any, field: str, low: int, high: int) -> Optional[int]:
+    """``value`` as an int (NumPy ints too), or None; anything else, or out of ``[low, high]``, is refused."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
         raise ValueError(f"CommConfig.{field}={value!r} must be an int in [{low}, {high}]")
+    return int(value)
+
+
+def _deterministic(value: Any) -> Optional[int]:
+    """0, 1 or 2 (False and True count as 0 and 1)."""
+    if isinstance(value, bool):
+        return int(value)
+    return _int_field(value, "deterministic", 0, 2)
+
+
+def _traffic_class(value: Any) -> Optional[int]:
+    """An RDMA traffic class: a multiple of 4 in [0, 255]."""
+    value = _int_field(value, "rdma_traffic_class", 0, 255)
+    if value is not None and value % 4:
+        raise ValueError(f"CommConfig.rdma_traffic_class={value} must be a multiple of 4")
+    return value
+
+
+def _exec_timeout(value: Any) -> Optional[float]:
+    """Seconds, as HCCL takes them: whole (rounded up) in an int32; 0 means no limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 2**31 \
+            or math.ceil(value) >= 2**31:
+        raise ValueError(f"CommConfig.exec_timeout={value!r} must be a number of seconds in [0, 2**31), at most "
+                         "2**31 - 1 once rounded up to whole seconds (0: no limit)")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _text(field: str, limit: int) -> Any:
+    """The check of text field ``field`` (fewer than ``limit`` UTF-8 bytes)."""
+    def check(value: Any) -> Optional[str]:
+        _text_field(value, field, limit)
+        return value
+    return check
+
+
+def _bounded(field: str, low: int, high: int) -> Any:
+    """The check of integer field ``field`` (in ``[low, high]``)."""
+    return lambda value: _int_field(value, field, low, high)
+
+
+# How each field is checked, and normalised (NumPy ints to int, True to 1), when it is set.
+_CHECKS = {
+    "buffer_size_mb": _bounded("buffer_size_mb", 1, 0xFFFFFFFE),
+    "deterministic": _deterministic,
+    "name": _text("name", 128),
+    "udi": _text("udi", 128),
+    "op_expansion_mode": _bounded("op_expansion_mode", 0, 6),
+    "rdma_traffic_class": _traffic_class,
+    "rdma_service_level": _bounded("rdma_service_level", 0, 7),
+    "world_rank_id": _bounded("world_rank_id", 0, 0xFFFFFFFF),
+    "job_id": _bounded("job_id", 0, 2**64 - 1),
+    "exec_timeout": _exec_timeout,
+    "algorithm": _text("algorithm", 1600),
+    "buffer_name": _text("buffer_name", 128),
+    "qos": _bounded("qos", 0, 7),
+}
 
 
 def _deterministic_from_env() -> int:
@@ -76,19 +136,24 @@ class CommConfig:
     udi
         Free-form user identifier (at most 127 bytes).
     op_expansion_mode
-        0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only.
+        Where operations are expanded: 0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only, 5 CCU MS,
+        6 CCU scheduled (5 and 6 on Ascend 950 only; each product accepts a subset).
     rdma_traffic_class, rdma_service_level
         RDMA TC (multiple of 4 in [0, 255]) and SL ([0, 7]).
     world_rank_id, job_id
         Identifiers used by NSLB-DP load balancing.
     exec_timeout
         Seconds an operation may wait for its peers (``HCCL_EXEC_TIMEOUT``); 0 disables the limit.
+        HCCL takes whole seconds: a fraction is rounded up (so at most ``2**31 - 1``).
     algorithm
         Algorithm selection string, such as ``"level0:NA;level1:H-D_R"`` (``HCCL_ALGO``).
     buffer_name
         Communicators with the same buffer name share their buffers.
     qos
         AI CPU SDMA QoS level in [0, 7].
+
+    Every field is checked when it is set, in the constructor or by assignment later (a
+    ``ValueError`` or ``TypeError`` naming the field); integer fields take NumPy integers too.
 
     Examples
     --------
@@ -110,28 +175,15 @@ class CommConfig:
     buffer_name: Optional[str] = None
     qos: Optional[int] = None
 
-    def __post_init__(self) -> None:
-        _int_field(self.buffer_size_mb, "buffer_size_mb", 1, 0xFFFFFFFE)
-        if isinstance(self.deterministic, bool):
-            self.deterministic = int(self.deterministic)
-        _int_field(self.deterministic, "deterministic", 0, 2)
-        _text_field(self.name, "name", 128)
-        _text_field(self.udi, "udi", 128)
-        _int_field(self.op_expansion_mode, "op_expansion_mode", 0, 6)
-        _int_field(self.rdma_traffic_class, "rdma_traffic_class", 0, 255)
-        if self.rdma_traffic_class is not None and self.rdma_traffic_class % 4:
-            raise ValueError(f"CommConfig.rdma_traffic_class={self.rdma_traffic_class} must be a multiple of 4")
-        _int_field(self.rdma_service_level, "rdma_service_level", 0, 7)
-        _int_field(self.world_rank_id, "world_rank_id", 0, 0xFFFFFFFF)
-        _int_field(self.job_id, "job_id", 0, 2**64 - 1)
-        if self.exec_timeout is not None:
-            if isinstance(self.exec_timeout, bool) or not isinstance(self.exec_timeout, (int, float)) \
-                    or not 0 <= self.exec_timeout < 2**31:
-                raise ValueError(f"CommConfig.exec_timeout={self.exec_timeout!r} must be a number of seconds in "
-                                 "[0, 2**31)")
-        _text_field(self.algorithm, "algorithm", 1600)
-        _text_field(self.buffer_name, "buffer_name", 128)
-        _int_field(self.qos, "qos", 0, 7)
+    def __setattr__(self, field: str, value: Any) -> None:
+        # Every assignment is checked, in the constructor and after it: a bad value never waits
+        # until a communicator is created (or turns silently into a default there).
+        check = _CHECKS.get(field)
+        if check is None:
+            match = difflib.get_close_matches(field, _CHECKS, n=1)
+            hint = f" (did you mean {match[0]!r}?)" if match else ""
+            raise AttributeError(f"CommConfig has no field {field!r}{hint}; fields: {sorted(_CHECKS)}")
+        object.__setattr__(self, field, check(value))
 
     @classmethod
     def coerce(cls, value: Union["CommConfig", Mapping[str, Any], None]) -> Optional["CommConfig"]:

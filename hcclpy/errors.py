@@ -28,6 +28,7 @@ __all__ = [
     "RemoteRankError",
     "UnsupportedError",
     "acl_error",
+    "communicator_error",
     "hccl_error",
 ]
 
@@ -91,7 +92,8 @@ class HcclTimeoutError(HcclError, CommTimeoutError):
 
 
 class HcclRemoteError(HcclError, RemoteRankError):
-    """An HCCL call returned ``HCCL_E_REMOTE``: another rank failed."""
+    """An HCCL call returned ``HCCL_E_REMOTE``: another rank failed (or, from
+    ``Communicator.async_error``, another rank broke the communicator, whatever its code)."""
 
 
 class HcclResult(enum.IntEnum):
@@ -275,3 +277,24 @@ def hccl_error(code: int, api: str, *, library_text: Optional[str] = None, recen
     parts = (recent, HCCL_EXPLANATIONS.get(code), f"library says: {library_text}" if library_text else None)
     message = _compose(api, name, code, parts, context)
     return hccl_error_class(code)(message, code=code, name=name, api=api, detail=recent or "")
+
+
+def communicator_error(code: int, comm: str, *, remote: bool = False, library_text: Optional[str] = None,
+                       recent: Optional[str] = None) -> HcclError:
+    """Build the error that broke communicator ``comm`` (what ``HcclGetCommAsyncError`` reports).
+
+    No call failed, so the message describes the communicator's state:
+    ``communicator 'w' was broken by another rank: HCCL_E_SUSPENDING (22): <what happened>; <what
+    it means>``. ``remote`` says another rank caused it: the exception is then an
+    :class:`HcclRemoteError` (a :class:`RemoteRankError`), as this rank's operations fail, whatever
+    the code.
+    """
+    name = _name_of(HcclResult, code)
+    meaning = "another rank aborted the communicator" if remote and code == HcclResult.HCCL_E_SUSPENDING \
+        else HCCL_EXPLANATIONS.get(code)
+    parts = (recent, meaning, f"library says: {library_text}" if library_text else None)
+    text = "; ".join(p for p in parts if p) or "no description available"
+    state = "was broken by another rank" if remote else "is broken"
+    cls = HcclRemoteError if remote else hccl_error_class(code)
+    return cls(f"communicator '{comm}' {state}: {name} ({code}): {text}", code=code, name=name,
+               api="HcclGetCommAsyncError", detail=recent or "")

@@ -3,15 +3,24 @@ each got — for finding out, when a job stalls, which rank was doing what.
 
 Every operation hcclpy queues is recorded in a bounded ring (``HCCLPY_TRACE_SIZE`` operations,
 default 1024; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator,
-the operation, count, data type, reduce op or root or peer, the communicator's name and rank, the
-stream and the time it was queued. Its state comes from what the process has seen since: a stream
-synchronisation, a stream query or an event that completed marks everything queued before it as
-*completed* (at that time at the latest), a synchronisation that failed marks it *failed*, and
-the rest is *pending* (queued or running).
+the operation, count, data type, reduce op or root or peer, the communicator's name, instance and
+rank, the stream and the time it was queued. Collectives are numbered 1, 2, ... in the order the
+rank issued them, so the same collective has the same number on every rank (the number the
+simulator's messages give); sends, receives and batches of them are numbered apart, per rank,
+since ranks legitimately issue different ones. Communicators that share a name (one destroyed and
+another created under its name, say) are told apart by their *instance*: the k-th communicator of
+that name (and size) created for that rank in the process. Its state comes from what the process
+has seen since: a stream synchronisation, a stream query or an event that completed marks
+everything queued before it as *completed* (at that time at the latest), a synchronisation that
+failed marks it *failed*, and the rest is *pending* (queued or running).
 
 :func:`dump` writes the records as JSON and as a Chrome trace (``chrome://tracing``, Perfetto).
-With ``HCCLPY_TRACE_DIR`` set, every process dumps into that directory by itself when an
-operation times out, detects a desync or fails with an :class:`~hcclpy.HcclError`;
+With ``HCCLPY_TRACE_DIR`` set, every process dumps into that directory by itself (at most once a
+second) when an operation fails: it times out, detects a desync, fails with an
+:class:`~hcclpy.HcclError`, or finds another rank gone or failed (a
+:class:`~hcclpy.RemoteRankError`). A wait that merely gives up (``Stream.synchronize(timeout=)``,
+``Event.synchronize(timeout=)``) dumps too, as it is often the first sign of a stall, but only when
+operations were queued since the last such dump: a program that polls does not rewrite it.
 ``hcclpy trace merge DIR`` merges the dumps of all ranks and says which rank is behind.
 
 Examples
@@ -33,6 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from . import _ffi, _trace
+from .errors import AclError, AclErrorCode, CommTimeoutError, HcclError, RemoteRankError
 from .types import DataType, ReduceOp
 
 __all__ = ["chrome_trace", "dump", "enabled", "records", "set_enabled"]
@@ -62,12 +72,17 @@ def set_enabled(on: bool) -> None:
     _trace.set_enabled(on)
 
 
+_POINT_TO_POINT = frozenset({"send", "recv", "batch_send_recv"})
+
+
 def _describe(record: tuple) -> Dict[str, Any]:
-    queued, (comm, rank, size), seq, api, count, dtype, detail, progress, stream = record
+    queued, (comm, rank, size, instance), seq, api, count, dtype, detail, progress, stream = record
     operation = _OPERATIONS.get(api, api)
     state = "completed" if queued < progress[0] else "failed" if queued < progress[1] else "pending"
+    p2p = operation in _POINT_TO_POINT
     item: Dict[str, Any] = {
-        "comm": comm, "rank": rank, "size": size, "seq": seq, "op": operation, "count": count,
+        "comm": comm, "instance": instance, "rank": rank, "size": size, "seq": None if p2p else seq,
+        "p2p_seq": seq if p2p else None, "op": operation, "count": count,
         "dtype": DataType(dtype).name.lower() if dtype >= 0 else None, "stream": stream,
         "queued_ns": _WALL_AT + queued - _PERF_AT, "state": state,
         "completed_by_ns": _WALL_AT + progress[2] - _PERF_AT if state == "completed" else None}
@@ -82,13 +97,20 @@ def _describe(record: tuple) -> Dict[str, Any]:
 
 def records(comm: Any = None) -> List[Dict[str, Any]]:
     """The recorded operations, oldest first, as dicts (of one communicator's rank when ``comm``
-    is given): ``comm``, ``rank``, ``size``, ``seq``, ``op``, ``count``, ``dtype``, ``op_kind`` /
-    ``root`` / ``peer``, ``stream``, ``queued_ns``, ``state`` (completed, failed, pending) and
-    ``completed_by_ns`` (wall-clock ns; completion was known then at the latest)."""
-    items = [_describe(r) for r in _trace.records()]
+    is given).
+
+    Each holds ``comm`` (the name), ``instance`` (which communicator of that name: the k-th created
+    for this rank in this process), ``rank``, ``size``, ``seq`` (collectives: the number in the
+    communicator, 1, 2, ..., the same on every rank; None for point-to-point calls), ``p2p_seq``
+    (sends, receives and batches: their own number on this rank, 1, 2, ...; None for collectives),
+    ``op``, ``count``, ``dtype``, ``op_kind`` / ``root`` / ``peer``, ``stream``, ``queued_ns``,
+    ``state`` (completed, failed, pending) and ``completed_by_ns`` (wall-clock ns; completion was
+    known then at the latest)."""
+    raw = _trace.records()
     if comm is not None:
-        items = [r for r in items if r["comm"] == comm.name and r["rank"] == comm.rank]
-    return items
+        info = comm._trace_info
+        raw = [r for r in raw if r[1] == info]
+    return [_describe(r) for r in raw]
 
 
 def signature(item: Dict[str, Any]) -> str:
@@ -100,6 +122,14 @@ def signature(item: Dict[str, Any]) -> str:
     return f"{item['op']}({', '.join(parts)})"
 
 
+def label(item: Dict[str, Any]) -> str:
+    """``#4 all_reduce(count=8, fp32, sum)`` for a collective, ``p2p #2 recv(count=8, fp32,
+    peer=0)`` for a point-to-point call (numbered apart)."""
+    if item.get("seq") is None and item.get("p2p_seq") is not None:
+        return f"p2p #{item['p2p_seq']} {signature(item)}"
+    return f"#{item['seq']} {signature(item)}"
+
+
 def _process() -> Dict[str, Any]:
     rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") \
         or os.environ.get("SLURM_PROCID")
@@ -108,17 +138,21 @@ def _process() -> Dict[str, Any]:
 
 
 def chrome_trace(items: List[Dict[str, Any]], process: Dict[str, Any]) -> Dict[str, Any]:
-    """``items`` (from :func:`records`) as a Chrome trace: one track per communicator, one slice
-    per operation from when it was queued to when it was known complete (or to the dump)."""
-    label = process["rank"] if process["rank"] is not None else process["pid"]
-    events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": label,
-                                     "args": {"name": f"rank {label} ({process['host']}, pid {process['pid']})"}}]
+    """``items`` (from :func:`records`) as a Chrome trace: one track per communicator (its name,
+    with ``[k]`` after it for the k-th of that name), one slice per operation from when it was
+    queued to when it was known complete (or to the dump)."""
+    name = process["rank"] if process["rank"] is not None else process["pid"]
+    events: List[Dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": name,
+                                     "args": {"name": f"rank {name} ({process['host']}, pid {process['pid']})"}}]
     for item in items:
         end = item["completed_by_ns"] or process["dumped_ns"]
-        events.append({"ph": "X", "name": signature(item), "cat": item["state"], "pid": label,
-                       "tid": f"{item['comm']} (rank {item['rank']})", "ts": item["queued_ns"] / 1e3,
+        instance = item.get("instance", 1)
+        track = item["comm"] if instance in (None, 1) else f"{item['comm']} [{instance}]"
+        events.append({"ph": "X", "name": signature(item), "cat": item["state"], "pid": name,
+                       "tid": f"{track} (rank {item['rank']})", "ts": item["queued_ns"] / 1e3,
                        "dur": max(end - item["queued_ns"], 0) / 1e3,
-                       "args": {"seq": item["seq"], "state": item["state"], "stream": item["stream"]}})
+                       "args": {"seq": item["seq"], "p2p_seq": item.get("p2p_seq"), "state": item["state"],
+                                "stream": item["stream"]}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -138,24 +172,46 @@ def dump(path: Any) -> Path:
 # ---------------------------------------------------------------- dumps when something fails
 
 _last_auto = 0.0
+_last_give_up: Any = None  # the newest record when a wait that gave up last dumped
 _auto_lock = threading.Lock()
+# A wait that gave up at its own timeout (the work goes on), as opposed to an operation that failed.
+_GIVE_UPS = frozenset({AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT})
+
+
+def _newest() -> Any:
+    """The mark of the newest record (None when the ring is empty)."""
+    try:
+        return _trace.ring[-1][0]
+    except IndexError:
+        return None
+
+
+def _should_dump(error: Exception) -> bool:
+    """Whether ``error`` calls for a dump: an operation that timed out, desynchronised, failed with
+    an HCCL error or met another rank's failure; a wait that gave up, the first time after new
+    operations were queued; and at most once a second."""
+    global _last_auto, _last_give_up
+    if not isinstance(error, (HcclError, CommTimeoutError, RemoteRankError)) and "mismatch" not in str(error):
+        return False
+    give_up = isinstance(error, AclError) and error.code in _GIVE_UPS
+    with _auto_lock:
+        now = time.monotonic()
+        if now - _last_auto < 1.0:
+            return False
+        if give_up:
+            newest = _newest()
+            if newest == _last_give_up:
+                return False  # the same stall, already dumped: polling must not rewrite it
+            _last_give_up = newest
+        _last_auto = now
+    return True
 
 
 def _auto_dump(error: Exception) -> None:
-    """Dump into ``HCCLPY_TRACE_DIR`` (at most once a second) after a timeout, a desync or any
-    HCCL failure."""
-    global _last_auto
+    """Dump into ``HCCLPY_TRACE_DIR`` when ``error`` calls for it (see :func:`_should_dump`)."""
     directory = os.environ.get("HCCLPY_TRACE_DIR")
-    if not directory or not _trace.enabled:
+    if not directory or not _trace.enabled or not _should_dump(error):
         return
-    from .errors import CommTimeoutError, HcclError, RemoteRankError
-
-    if not isinstance(error, (HcclError, CommTimeoutError, RemoteRankError)) and "mismatch" not in str(error):
-        return
-    with _auto_lock:
-        if time.monotonic() - _last_auto < 1.0:
-            return
-        _last_auto = time.monotonic()
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         dump(Path(directory) / f"hcclpy-trace-{socket.gethostname()}-{os.getpid()}.json")

@@ -414,3 +414,185 @@ def test_communicators_created_inside_a_group(monkeypatch: pytest.MonkeyPatch) -
     assert [(c.rank, c.size) for c in comms] == [(0, 2), (1, 2)]
     for c in comms:
         c.destroy()
+
+
+# ------------------------------------------------------------- split ids and argument checks
+
+def _parent_ranks(comm: hcclpy.Communicator, parent_rank: int) -> List[int]:
+    """The parent ranks of ``comm``'s members, in sub-rank order (each member gathers its own)."""
+    return _all_gather(comm, [parent_rank]).tolist()
+
+
+def _collective_then_members_only(rank: int, size: int, info: bytes, pair_done: threading.Event) -> Dict[str, Any]:
+    """Every rank splits off the evens collectively; ranks 1 and 3 then split by id 1, all before
+    rank 2 reaches the collective split. Each member reports its sub-communicator's parent ranks."""
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        if rank == 2:  # late to the collective split: ranks 1 and 3 split by id 1 meanwhile
+            assert pair_done.wait(30), "ranks 1 and 3 did not finish their split by id"
+        evens = comm.split([0, 2])
+        out: Dict[str, Any] = {"evens": None if evens is None else _parent_ranks(evens, rank)}
+        if rank in (1, 3):
+            odds = comm.split([1, 3], sub_id=1)  # a small id, as the collective split's counter once used
+            out["odds"] = _parent_ranks(odds, rank)
+            odds.destroy()
+            if rank == 3:
+                pair_done.set()
+        if evens is not None:
+            evens.destroy()
+        return out
+
+
+@pytest.mark.timeout(120)
+def test_a_collective_split_and_a_split_by_id_never_share_an_id() -> None:
+    out = ranks.run_threads(_collective_then_members_only, 4, threading.Event(), timeout=90)
+    assert out == [{"evens": [0, 2]}, {"evens": None, "odds": [1, 3]}, {"evens": [0, 2]},
+                   {"evens": None, "odds": [1, 3]}]
+
+
+def test_sub_id_range() -> None:
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        for bad in (2**32 - 1, 2**32, -1, 1.0, True):
+            with pytest.raises(ValueError, match=rf"^sub_id={bad!r} must be an int in \[0, 4294967294\] "
+                                                 r"\(4294967295 marks the ranks outside a split; collective splits "
+                                                 r"use ids from 2\*\*32 up\)$"):
+                comm.split([0], sub_id=bad)
+        for good in (2**32 - 2, np.int64(3)):
+            sub = comm.split([0], sub_id=good)
+            assert (sub.rank, sub.size) == (0, 1)
+            sub.destroy()
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda info: hcclpy.Communicator(2**32, info, 0, device=0), ValueError,
+     r"^nranks=4294967296 must be an int in \[1, 4294967295\]$"),
+    (lambda info: hcclpy.Communicator(np.int64(1), info, np.int64(0), device=0).destroy(), None, None),
+    (lambda info: hcclpy.Communicator.from_rank_table("/nonexistent.json", 2**32, device=0), ValueError,
+     r"^rank=4294967296 must be an int in \[0, 4294967295\]$"),
+    (lambda info: hcclpy.Communicator.init_all(2), TypeError,
+     r"^devices must be a sequence of devices \(ids or hcclpy.Device\), one per rank, got 2 \(int\)$"),
+    (lambda info: hcclpy.Communicator.init_all("01"), TypeError, "^devices must be a sequence of devices"),
+], ids=["nranks-2**32", "numpy-ints", "rank-table-rank-2**32", "init_all-int", "init_all-str"])
+def test_communicator_arguments_are_named(call: Any, error: Optional[type], message: Optional[str]) -> None:
+    info = hcclpy.RootInfo.generate(device=0)
+    if error is None:
+        call(info)
+        return
+    with pytest.raises(error, match=message):
+        call(info)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("exec_timeout", 2**31 - 0.5, r"^CommConfig.exec_timeout=2147483647.5 must be a number of seconds in "
+                                  r"\[0, 2\*\*31\), at most 2\*\*31 - 1 once rounded up to whole seconds"),
+    ("exec_timeout", float("nan"), "^CommConfig.exec_timeout=nan must be a number of seconds"),
+    ("op_expansion_mode", 7, r"^CommConfig.op_expansion_mode=7 must be an int in \[0, 6\]$"),
+    ("buffer_size_mb", 0, r"^CommConfig.buffer_size_mb=0 must be an int in \[1, 4294967294\]$"),
+    ("buffer_size_mb", np.float64(8), r"^CommConfig.buffer_size_mb=.*8.0\)? must be an int in"),
+    ("qos", np.int64(8), r"^CommConfig.qos=.*8\)? must be an int in \[0, 7\]$"),
+])
+def test_comm_config_checks_every_assignment(field: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        hcclpy.CommConfig(**{field: value})
+    config = hcclpy.CommConfig(buffer_size_mb=64)
+    with pytest.raises(ValueError, match=message):
+        setattr(config, field, value)  # after construction too: never silently a default
+    assert config == hcclpy.CommConfig(buffer_size_mb=64)
+
+
+def test_comm_config_takes_numpy_numbers_and_the_largest_timeout() -> None:
+    config = hcclpy.CommConfig(buffer_size_mb=np.int64(100), qos=np.uint8(3), op_expansion_mode=np.int32(6),
+                               exec_timeout=np.float32(2.5), deterministic=np.int64(2))
+    assert (config.buffer_size_mb, config.qos, config.op_expansion_mode, config.exec_timeout,
+            config.deterministic) == (100, 3, 6, 2.5, 2)
+    assert all(type(getattr(config, f)) is int for f in ("buffer_size_mb", "qos", "op_expansion_mode"))
+    config.exec_timeout = 2**31 - 1.5  # rounds up to 2**31 - 1: the largest HCCL takes
+    assert config.to_c().hcclExecTimeOut == 2**31 - 1
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0, config=config) as comm:
+        assert _all_reduce_sum(comm, [4]).tolist() == [4]
+
+
+def test_comm_config_refuses_unknown_attributes() -> None:
+    config = hcclpy.CommConfig()
+    with pytest.raises(AttributeError, match=r"^CommConfig has no field 'nme' \(did you mean 'name'\?\)"):
+        config.nme = "x"
+
+
+# ------------------------------------------------------------------------ destroy(timeout=)
+
+def _stuck_then_destroyed(rank: int, size: int, info: bytes, on_user_stream: bool, directory: str) -> Dict[str, Any]:
+    """Rank 0 queues an all_reduce rank 1 never joins and destroys with a timeout; rank 1 then
+    finds its communicator broken by another rank. (Processes: the aborted all_reduce fails its
+    stream for good, which must not be another test's default stream.)"""
+    # exec_timeout=0: no limit, so only destroy's own timeout can end rank 0's all_reduce.
+    comm = hcclpy.Communicator(size, info, rank, device=rank, config={"exec_timeout": 0})
+    destroyed = Path(directory) / "destroyed"
+    if rank == 1:  # alive, but never joins rank 0's all_reduce
+        deadline = time.monotonic() + 60
+        while not destroyed.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        error = comm.async_error()
+        comm.destroy()
+        return {"error": type(error).__name__, "remote": isinstance(error, hcclpy.RemoteRankError)}
+    stream = comm.device.create_stream() if on_user_stream else comm.device.default_stream
+    comm.all_reduce(hcclpy.zeros(4, "float32", device=comm.device), stream=stream)
+    comm.destroy(timeout=0.2)
+    destroyed.write_text("")
+    with pytest.raises(hcclpy.AclError):  # the aborted all_reduce failed the stream
+        stream.synchronize(timeout=30)
+    return {"destroyed": comm.destroyed}
+
+
+@pytest.mark.parametrize("on_user_stream", [False, True], ids=["default-stream", "user-stream"])
+@pytest.mark.timeout(150)
+def test_destroy_with_a_timeout_aborts_work_that_never_ends(on_user_stream: bool, tmp_path: Path) -> None:
+    out = ranks.run_processes(_stuck_then_destroyed, 2, on_user_stream, str(tmp_path), timeout=120)
+    assert out == [{"destroyed": True}, {"error": "HcclRemoteError", "remote": True}]
+
+
+_infos: Dict[int, bytes] = {}
+_infos_lock = threading.Lock()
+
+
+def _shared_info(round_: int) -> bytes:
+    """Round ``round_``'s root info: made by the first rank to ask, shared with the other."""
+    with _infos_lock:
+        if round_ not in _infos:
+            _infos[round_] = hcclpy.RootInfo.generate(device=0).to_bytes()
+        return _infos[round_]
+
+
+def _abort_then_destroy(rank: int, size: int, info: bytes, rounds: int, rank0_done: threading.Barrier) -> int:
+    """``rounds`` times: rank 0 aborts with an all_reduce in flight on its own stream and destroys at
+    once. Returns how many communicators this rank destroyed."""
+    destroyed = 0
+    for round_ in range(rounds):
+        comm = hcclpy.Communicator(size, _shared_info(round_), rank, device=rank)
+        if rank == 0:  # rank 1 never joins: the all_reduce is in flight when aborted
+            stream = comm.device.create_stream()
+            comm.all_reduce(hcclpy.zeros(1 << 16, "float32", device=comm.device), stream=stream)
+            comm.abort()
+            comm.destroy()  # at once: destroy gives the aborted all_reduce time to be released
+            stream.close()
+        rank0_done.wait(30)
+        if rank == 1:
+            comm.destroy()
+        destroyed += comm.destroyed
+    return destroyed
+
+
+@pytest.mark.timeout(120)
+def test_destroy_right_after_abort_with_work_on_a_user_stream() -> None:
+    _infos.clear()
+    assert ranks.run_threads(_abort_then_destroy, 2, 8, threading.Barrier(2), timeout=90) == [8, 8]
+
+
+def test_destroy_timeout_is_checked_first() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    for bad in (-1, float("nan"), "1", True):
+        with pytest.raises(ValueError, match=rf"^timeout={bad!r} must be None \(no limit\) or a number of seconds "
+                                             r">= 0$"):
+            comm.destroy(timeout=bad)
+    assert _all_reduce_sum(comm, [3]).tolist() == [3]  # untouched
+    comm.destroy(timeout=5)
+    assert comm.destroyed
+    comm.destroy(timeout=5)  # idempotent

@@ -4,12 +4,15 @@ errors produced by real C calls refused by the simulator."""
 from __future__ import annotations
 
 import pickle
+import re
 import threading
+from typing import Any, Dict
 
 import numpy as np
 import pytest
 
 import hcclpy
+import ranks
 from hcclpy import errors
 from hcclpy.errors import AclErrorCode, HcclResult
 
@@ -184,3 +187,66 @@ def test_sync_timeout_is_a_comm_timeout(monkeypatch: pytest.MonkeyPatch) -> None
         s.close()
     for c in made.values():
         c.destroy()
+
+
+# ------------------------------------------------------------- a communicator's own error
+
+def test_communicator_error_describes_the_communicator_not_a_failed_call() -> None:
+    own = errors.communicator_error(HcclResult.HCCL_E_SUSPENDING, "w", recent="stopped by HcclCommSuspend")
+    assert type(own) is errors.HcclError and not isinstance(own, hcclpy.RemoteRankError)
+    assert str(own) == ("communicator 'w' is broken: HCCL_E_SUSPENDING (22): stopped by HcclCommSuspend; the "
+                        "communicator is suspended")
+    theirs = errors.communicator_error(HcclResult.HCCL_E_SUSPENDING, "w", remote=True, library_text="suspended")
+    assert isinstance(theirs, hcclpy.RemoteRankError) and isinstance(theirs, hcclpy.HcclError)
+    assert str(theirs) == ("communicator 'w' was broken by another rank: HCCL_E_SUSPENDING (22): another rank "
+                           "aborted the communicator; library says: suspended")
+    timeout = errors.communicator_error(HcclResult.HCCL_E_TIMEOUT, "w")
+    assert isinstance(timeout, hcclpy.CommTimeoutError) and timeout.api == "HcclGetCommAsyncError"
+    remote = errors.communicator_error(HcclResult.HCCL_E_REMOTE, "w", remote=True)
+    assert str(remote) == "communicator 'w' was broken by another rank: HCCL_E_REMOTE (21): another rank failed"
+    for exc in (own, theirs, timeout, remote):
+        assert "HcclGetCommAsyncError failed" not in str(exc) and str(exc).startswith("communicator 'w' ")
+        _roundtrip(exc)
+
+
+def _abort_seen_from_both_sides(rank: int, size: int, info: bytes, aborted: threading.Event) -> Dict[str, Any]:
+    """Rank 0 aborts with an all_reduce in flight; each rank reports its async_error, and rank 1
+    how its next operation fails. (Own streams: an aborted collective fails its stream for good.)"""
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    x = hcclpy.zeros(4, "float32", device=comm.device)
+    stream = comm.device.create_stream()
+    try:
+        if rank == 0:  # rank 1 does not join: the all_reduce is in flight when aborted
+            comm.all_reduce(x, stream=stream)
+            comm.abort()
+            with pytest.raises(hcclpy.AclError):
+                stream.synchronize(timeout=30)
+            aborted.set()
+        else:
+            assert aborted.wait(30), "rank 0 did not abort"
+        error = comm.async_error()
+        out: Dict[str, Any] = {"class": type(error).__name__, "remote": isinstance(error, hcclpy.RemoteRankError),
+                               "name": error.name, "message": str(error)}
+        if rank == 1:
+            with pytest.raises(hcclpy.RemoteRankError):
+                comm.all_reduce(x, stream=stream)
+                stream.synchronize(timeout=30)
+        return out
+    finally:
+        stream.close()
+        comm.destroy()
+
+
+@pytest.mark.timeout(120)
+def test_async_error_after_another_rank_aborted_is_a_remote_error() -> None:
+    out = ranks.run_threads(_abort_seen_from_both_sides, 2, threading.Event(), timeout=90)
+    assert (out[0]["class"], out[0]["remote"], out[0]["name"]) == ("HcclError", False, "HCCL_E_SUSPENDING")
+    # The other rank's code is the abort's own (HCCL_E_SUSPENDING) or, where the library maps other
+    # ranks' failures as real HCCL does, HCCL_E_REMOTE: a remote error either way.
+    assert (out[1]["class"], out[1]["remote"]) == ("HcclRemoteError", True)
+    assert out[1]["name"] in ("HCCL_E_SUSPENDING", "HCCL_E_REMOTE"), out[1]
+    assert re.match(r"^communicator '[^']+' is broken: HCCL_E_SUSPENDING \(22\): ", out[0]["message"]), out[0]
+    assert re.match(r"^communicator '[^']+' was broken by another rank: HCCL_E_(SUSPENDING \(22\)|REMOTE \(21\)): ",
+                    out[1]["message"]), out[1]
+    assert "rank 0" in out[1]["message"], out[1]
+    assert not any("HcclGetCommAsyncError failed" in result["message"] for result in out)

@@ -93,3 +93,35 @@ def test_the_check_can_be_turned_off() -> None:
     out = ranks.run_processes(_unchecked, 2, env={"HCCLPY_SIM_DESYNC_CHECK": "0"}, timeout=60)
     assert all(len(values) == 64 for values in out)
     assert {3.0, 2.0} >= set(out[0]), out[0]
+
+
+def _sends_then_mismatch(rank: int, size: int, info: bytes) -> Dict[str, Any]:
+    """Rank 0 sends twice and rank 1 receives twice, then both run an all_reduce, then a mismatch."""
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = comm.device.create_stream()
+    x = hcclpy.from_numpy(np.ones(4, np.float32), device=comm.device)
+    try:
+        for _ in range(2):
+            if rank == 0:
+                comm.send(x, 1, stream=stream)
+            else:
+                comm.recv(x, 0, stream=stream)
+        _call(comm, stream, ("all_reduce", 4, "float32", "sum"))
+        _call(comm, stream, CASES["operation"][rank])
+        return {"message": "no error"}
+    except hcclpy.HcclpyError as exc:
+        failed = [r for r in hcclpy.trace.records(comm) if r["state"] == "failed"]
+        return {"message": str(exc), "failed": [(r["op"], r["seq"]) for r in failed]}
+    finally:
+        stream.close()
+        comm.destroy()
+
+
+@pytest.mark.timeout(60)
+def test_the_reported_operation_number_is_the_flight_recorders() -> None:
+    """The simulator numbers collectives only, and so does the recorder: sends and receives before
+    a mismatch do not shift the number it is reported at."""
+    out = ranks.run("threads", _sends_then_mismatch, 2, timeout=45)
+    for rank, result in enumerate(out):
+        assert "operation #2: rank" in result["message"], result
+        assert result["failed"] == [(CASES["operation"][rank][0], 2)], result

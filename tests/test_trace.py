@@ -8,16 +8,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List
 
 import numpy as np
 import pytest
 
 import hcclpy
 import ranks
+from hcclpy import trace
 from hcclpy.cli.trace import report
+from hcclpy.errors import AclErrorCode, acl_error, hccl_error
 
 
 @pytest.fixture()
@@ -136,7 +140,7 @@ def test_a_stall_is_dumped_and_the_merge_names_the_rank_behind(tmp_path: Any) ->
     assert "rank 0: last completed #3 all_reduce(count=8, fp32, sum); first pending #4 all_reduce(count=8, fp32, " \
            "sum) (failed)" in text, text
     assert "rank 1: last completed #3 all_reduce(count=8, fp32, sum); first pending none" in text, text
-    assert "behind: rank(s) 1 issued fewer operations (3) than the others (4)" in text, text
+    assert "behind: rank(s) 1 issued fewer collectives (3) than the others (4)" in text, text
     assert json.loads((tmp_path / "merged.chrome.json").read_text())["traceEvents"]
 
 
@@ -235,3 +239,199 @@ def test_chunk_sizes_take_a_unit() -> None:
     done = subprocess.run([sys.executable, "-c", "import hcclpy.host; print(hcclpy.host.CHUNK_BYTES)"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0 and done.stdout.strip() == str(4 << 20), done.stderr
+
+
+# ------------------------------------------------- point-to-point calls are numbered apart
+
+def _root_hands_out(rank: int, size: int, info: bytes, name: str) -> Dict[str, Any]:
+    """Rank 0 sends a block to every other rank, which receives it; then every rank runs two
+    all_reduces: the ranks issue different numbers of point-to-point calls, the same collectives."""
+    comm = hcclpy.Communicator(size, info, rank, device=rank, config={"name": name})
+    x = hcclpy.from_numpy(np.ones(8, np.float32), device=comm.device)
+    if rank == 0:
+        for peer in range(1, size):
+            comm.send(x, peer)
+    else:
+        comm.recv(x, 0)
+    for _ in range(2):
+        comm.all_reduce(x)
+    comm.device.default_stream.synchronize()
+    health = comm.health()
+    mine = [(r["op"], r["seq"], r["p2p_seq"]) for r in hcclpy.trace.records(comm)]
+    comm.destroy()
+    return {"records": mine, "issued": health["issued"], "p2p_issued": health["p2p_issued"]}
+
+
+@pytest.mark.timeout(120)
+def test_point_to_point_calls_are_numbered_apart_from_collectives() -> None:
+    name = f"handout_{uuid.uuid4().hex[:12]}"
+    out = ranks.run_threads(_root_hands_out, 3, name, timeout=90)
+    assert out[0] == {"records": [("send", None, 1), ("send", None, 2), ("all_reduce", 1, None),
+                                  ("all_reduce", 2, None)], "issued": 2, "p2p_issued": 2}
+    for rank in (1, 2):
+        assert out[rank] == {"records": [("recv", None, 1), ("all_reduce", 1, None), ("all_reduce", 2, None)],
+                             "issued": 2, "p2p_issued": 1}
+    lines = report([{"records": [r for r in hcclpy.trace.records() if r["comm"] == name]}])
+    assert lines == [f"communicator '{name}': dumps from 3 of 3 ranks"] + [
+        f"  rank {rank}: last completed #2 all_reduce(count=8, fp32, sum); first pending none" for rank in range(3)
+    ] + ["  every rank issued 2 collectives"]
+
+
+def _p2p_record(rank: int, p2p_seq: int, op: str, peer: int, state: str = "completed") -> Dict[str, Any]:
+    return {"comm": "w", "instance": 1, "rank": rank, "size": 3, "seq": None, "p2p_seq": p2p_seq, "op": op,
+            "count": 8, "dtype": "fp32", "peer": peer, "state": state, "queued_ns": p2p_seq}
+
+
+def _collective_record(rank: int, seq: int, state: str = "completed") -> Dict[str, Any]:
+    return {"comm": "w", "instance": 1, "rank": rank, "size": 3, "seq": seq, "p2p_seq": None, "op": "all_reduce",
+            "count": 8, "dtype": "fp32", "op_kind": "sum", "state": state, "queued_ns": 100 + seq}
+
+
+def test_the_merge_lines_ranks_up_by_their_collectives() -> None:
+    """The audit's case: rank 0 sends to ranks 1 and 2, which receive once each; rank 2 then skips
+    the last of three all_reduces. Rank 2 alone is behind, and nothing mismatches."""
+    rank0 = [_p2p_record(0, 1, "send", 1), _p2p_record(0, 2, "send", 2)]
+    rank0 += [_collective_record(0, 1), _collective_record(0, 2), _collective_record(0, 3, "failed")]
+    rank1 = [_p2p_record(1, 1, "recv", 0)] + [_collective_record(1, s) for s in (1, 2)]
+    rank1 += [_collective_record(1, 3, "failed")]
+    rank2 = [_p2p_record(2, 1, "recv", 0)] + [_collective_record(2, s) for s in (1, 2)]
+    lines = report([{"records": rank0}, {"records": rank1}, {"records": rank2}])
+    assert lines == [
+        "communicator 'w': dumps from 3 of 3 ranks",
+        "  rank 0: last completed #2 all_reduce(count=8, fp32, sum); first pending #3 all_reduce(count=8, fp32, sum) "
+        "(failed)",
+        "  rank 1: last completed #2 all_reduce(count=8, fp32, sum); first pending #3 all_reduce(count=8, fp32, sum) "
+        "(failed)",
+        "  rank 2: last completed #2 all_reduce(count=8, fp32, sum); first pending none",
+        "  behind: rank(s) 2 issued fewer collectives (2) than the others (3)",
+    ]
+
+
+def test_the_merge_shows_a_pending_point_to_point_call() -> None:
+    rank0 = [_collective_record(0, 1), _p2p_record(0, 1, "send", 1, "pending")]
+    rank0[1]["queued_ns"] = 200
+    rank1 = [_collective_record(1, 1)]
+    lines = report([{"records": rank0}, {"records": rank1}])
+    assert "  rank 0: last completed #1 all_reduce(count=8, fp32, sum); first pending p2p #1 send(count=8, fp32, " \
+           "peer=1) (pending)" in lines, lines
+
+
+# ------------------------------------------------------- communicators that share a name
+
+def test_a_new_communicator_of_an_old_name_has_its_own_history(tmp_path: Path) -> None:
+    name = f"solo_{uuid.uuid4().hex[:12]}"
+    x = hcclpy.zeros(4, "float32", device=0)
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0, config={"name": name}) as old:
+        for _ in range(3):
+            old.all_reduce(x)
+        old.device.default_stream.synchronize()
+    new = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0, config={"name": name})
+    try:
+        assert hcclpy.trace.records(new) == []
+        health = new.health()
+        assert (health["issued"], health["pending"], health["last_completed"], health["operations"]) == (0, 0, None,
+                                                                                                          {})
+        new.all_reduce(x, op="max")
+        new.device.default_stream.synchronize()
+        assert [(r["op"], r["seq"], r["instance"]) for r in hcclpy.trace.records(new)] == [("all_reduce", 1, 2)]
+        assert new.health()["issued"] == 1 and new.health()["operations"]["all_reduce"]["count"] == 1
+        assert [r["instance"] for r in hcclpy.trace.records(old)] == [1, 1, 1]
+    finally:
+        new.destroy()
+    mine = [r for r in hcclpy.trace.records() if r["comm"] == name]
+    assert report([{"records": mine}]) == [
+        f"communicator '{name}': dumps from 1 of 1 ranks",
+        "  rank 0: last completed #3 all_reduce(count=4, fp32, sum); first pending none",
+        "  every rank issued 3 collectives",
+        f"communicator '{name}' (instance 2): dumps from 1 of 1 ranks",
+        "  rank 0: last completed #1 all_reduce(count=4, fp32, max); first pending none",
+        "  every rank issued 1 collective",
+    ]
+    tracks = {e["tid"] for e in trace.chrome_trace(mine, {"rank": 0, "pid": 1, "host": "h", "dumped_ns": 0})
+              ["traceEvents"] if e["ph"] == "X"}
+    assert tracks == {f"{name} (rank 0)", f"{name} [2] (rank 0)"}
+
+
+def _two_worlds(rank: int, size: int, info: bytes, name: str) -> List[Any]:
+    """Two live communicators of one name on the same ranks, with different histories: three
+    all_reduces on the first, one on the second."""
+    first = hcclpy.Communicator(size, info, rank, device=rank, config={"name": name})
+    second = first.split(list(range(size)), config={"name": name})
+    x = hcclpy.from_numpy(np.ones(4, np.int32), device=first.device)
+    for _ in range(3):
+        first.all_reduce(x)
+    second.all_reduce(x, op="max")
+    first.device.default_stream.synchronize()
+    out = [(r["instance"], r["seq"]) for r in hcclpy.trace.records(second)]
+    second.destroy()
+    first.destroy()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_two_live_communicators_of_one_name_are_merged_apart() -> None:
+    name = f"world_{uuid.uuid4().hex[:12]}"
+    assert ranks.run_threads(_two_worlds, 2, name, timeout=90) == [[(2, 1)], [(2, 1)]]
+    mine = [r for r in hcclpy.trace.records() if r["comm"] == name]
+    lines = report([{"records": mine}])
+    assert f"communicator '{name}': dumps from 2 of 2 ranks" in lines
+    assert f"communicator '{name}' (instance 2): dumps from 2 of 2 ranks" in lines
+    assert lines.count("  every rank issued 3 collectives") == 1 and "  every rank issued 1 collective" in lines
+    assert not any("mismatch" in line for line in lines), lines
+
+
+# -------------------------------------------------------------------- what triggers a dump
+
+@pytest.fixture()
+def fresh_dump_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No dump in the last second, and no wait that gave up dumped yet."""
+    monkeypatch.setattr(trace, "_last_auto", 0.0)
+    monkeypatch.setattr(trace, "_last_give_up", object())
+
+
+def test_a_wait_that_gives_up_dumps_once_per_stall(comm: hcclpy.Communicator, fresh_dump_state: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    gave_up = acl_error(AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "aclrtSynchronizeStreamWithTimeout")
+    comm.all_reduce(hcclpy.zeros(2, "float32", device=0))
+    assert trace._should_dump(gave_up)
+    monkeypatch.setattr(trace, "_last_auto", 0.0)  # past the once-a-second limit
+    assert not trace._should_dump(gave_up)  # nothing queued since: the same stall, already dumped
+    assert trace._should_dump(hccl_error(4, "HcclAllReduce"))  # a failure always dumps
+    monkeypatch.setattr(trace, "_last_auto", 0.0)
+    comm.all_reduce(hcclpy.zeros(2, "float32", device=0))
+    assert trace._should_dump(gave_up)  # new operations: a new dump
+    assert not trace._should_dump(hccl_error(4, "HcclAllReduce"))  # but not twice in one second
+    comm.device.default_stream.synchronize()
+
+
+def test_a_stall_seen_by_a_polling_wait_is_dumped_once(tmp_path: Path, fresh_dump_state: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HCCLPY_TRACE_DIR", str(tmp_path))
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "60")
+    info = hcclpy.RootInfo.generate(device=0)
+    made: Dict[int, hcclpy.Communicator] = {}
+    threads = [threading.Thread(target=lambda r=r: made.__setitem__(r, hcclpy.Communicator(2, info, r, device=r)),
+                                daemon=True) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    stream = made[0].device.create_stream()
+    made[0].all_reduce(hcclpy.zeros(4, "float32", device=0), stream=stream)  # rank 1 joins later
+    for attempt in range(3):
+        with pytest.raises(hcclpy.CommTimeoutError):
+            stream.synchronize(timeout=0.05)
+        dumps = [p for p in tmp_path.glob("hcclpy-trace-*.json") if not p.name.endswith(".chrome.json")]
+        assert len(dumps) == (1 if attempt == 0 else 0), attempt
+        assert attempt or json.loads(dumps[0].read_text())["records"][-1]["state"] == "pending"
+        for path in tmp_path.iterdir():
+            path.unlink()  # a later dump would write it again
+        monkeypatch.setattr(trace, "_last_auto", 0.0)
+    late = threading.Thread(target=lambda: made[1].all_reduce(hcclpy.zeros(4, "float32", device=1)), daemon=True)
+    late.start()
+    stream.synchronize(timeout=30)
+    late.join(30)
+    made[1].device.default_stream.synchronize(timeout=30)
+    stream.close()
+    for c in made.values():
+        c.destroy()

@@ -3,11 +3,15 @@
 Every process of a job started with ``HCCLPY_TRACE_DIR=DIR`` dumps its records there when an
 operation fails (or when the program calls ``hcclpy.trace.dump``). This command reads them all,
 writes one Chrome trace of every rank (``DIR/merged.chrome.json``) and prints, for each
-communicator, each rank's last completed and first pending operation, which ranks are behind, and
-the first operation the ranks disagree on (another collective, data type, reduce op, root or, for
-the even collectives, count)::
+communicator, each rank's last completed and first pending operation, which ranks issued fewer
+collectives, and the first collective the ranks disagree on (another collective, data type,
+reduce op, root or, for the even collectives, count)::
 
     hcclpy trace merge /tmp/traces
+
+Ranks are lined up by their collectives' numbers only: sends and receives (numbered apart, as
+``p2p #k``) legitimately differ from rank to rank, so they are shown but never compared.
+Communicators that share a name are kept apart by their instance (the k-th of that name).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["add_parser", "report", "run"]
 
@@ -26,8 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "trace", help="merge the flight-recorder dumps of a job's ranks and say which rank is behind",
         description="Merge flight-recorder dumps (hcclpy.trace.dump, or HCCLPY_TRACE_DIR) into one Chrome trace and "
-        "print each rank's last completed and first pending operation per communicator. Exit status 1 when "
-        "the directory holds no dump.")
+        "print each rank's last completed and first pending operation per communicator, the ranks that issued "
+        "fewer collectives and the first collective the ranks disagree on. Exit status 1 when the directory "
+        "holds no dump.")
     parser.add_argument("action", choices=("merge",), help="merge: the only action")
     parser.add_argument("directory", help="the directory holding the dumps (*.json)")
     parser.add_argument("--out", help="the merged Chrome trace (default: DIRECTORY/merged.chrome.json)")
@@ -53,20 +58,23 @@ _POINT_TO_POINT = {"send", "recv", "batch_send_recv"}  # one rank's send is its 
 _EVEN = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "scatter"}
 
 
+def _collective(item: Dict[str, Any]) -> bool:
+    """Whether ``item`` is a collective (numbered in the order every rank issues them)."""
+    return item["op"] not in _POINT_TO_POINT and item.get("seq") is not None
+
+
 def _agreed(item: Dict[str, Any]) -> tuple:
-    """What every rank's record of one operation must share (the uneven operations' counts and the
-    peers of point-to-point calls differ by rank)."""
-    if item["op"] in _POINT_TO_POINT:
-        return ("point-to-point",)
+    """What every rank's record of one collective must share (the uneven operations' counts differ
+    by rank)."""
     return (item["op"], item["dtype"], item.get("op_kind"), item.get("root"),
             item["count"] if item["op"] in _EVEN else None)
 
 
 def _first_mismatch(ranks: Dict[int, List[Dict[str, Any]]]) -> Optional[str]:
-    """The first sequence number, among those every dump holds, whose records disagree."""
+    """The first collective number, among those every dump holds, whose records disagree."""
     from ..trace import signature
 
-    by_seq = {rank: {item["seq"]: item for item in items} for rank, items in ranks.items()}
+    by_seq = {rank: {item["seq"]: item for item in items if _collective(item)} for rank, items in ranks.items()}
     common = set.intersection(*(set(records) for records in by_seq.values()))
     for seq in sorted(common):
         items = {rank: records[seq] for rank, records in sorted(by_seq.items())}
@@ -76,27 +84,42 @@ def _first_mismatch(ranks: Dict[int, List[Dict[str, Any]]]) -> Optional[str]:
     return None
 
 
-def report(dumps: List[Dict[str, Any]]) -> List[str]:
-    """The lines that say, per communicator, where each rank stands and who is behind."""
-    from ..trace import signature
-
-    by_comm: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+def _by_communicator(dumps: List[Dict[str, Any]]) -> Dict[Tuple[str, int], Dict[int, List[Dict[str, Any]]]]:
+    """The records of every dump, by communicator (name, instance) and rank, each rank's in the
+    order it queued them."""
+    by_comm: Dict[Tuple[str, int], Dict[int, List[Dict[str, Any]]]] = {}
     for data in dumps:
         for item in data["records"]:
-            by_comm.setdefault(item["comm"], {}).setdefault(item["rank"], []).append(item)
+            key = (item["comm"], item.get("instance") or 1)
+            by_comm.setdefault(key, {}).setdefault(item["rank"], []).append(item)
+    for ranks in by_comm.values():
+        for items in ranks.values():
+            items.sort(key=lambda item: item.get("queued_ns", 0))
+    return by_comm
+
+
+def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
+    """Where ``rank`` stands: its last completed and its first pending operation."""
+    from ..trace import label
+
+    done = [item for item in items if item["state"] == "completed"]
+    waiting = [item for item in items if item["state"] != "completed"]
+    last = label(done[-1]) if done else "none recorded"
+    first = f"{label(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
+    return f"  rank {rank}: last completed {last}; first pending {first}"
+
+
+def report(dumps: List[Dict[str, Any]]) -> List[str]:
+    """The lines that say, per communicator, where each rank stands and who is behind."""
     lines = []
-    for comm, ranks in sorted(by_comm.items()):
+    for (comm, instance), ranks in sorted(_by_communicator(dumps).items()):
         size = max(item["size"] for items in ranks.values() for item in items)
-        lines.append(f"communicator '{comm}': dumps from {len(ranks)} of {size} ranks")
+        which = f" (instance {instance})" if instance != 1 else ""
+        lines.append(f"communicator '{comm}'{which}: dumps from {len(ranks)} of {size} ranks")
         issued: Dict[int, int] = {}
         for rank, items in sorted(ranks.items()):
-            items.sort(key=lambda item: item["seq"])
-            issued[rank] = items[-1]["seq"]
-            done = [item for item in items if item["state"] == "completed"]
-            waiting = [item for item in items if item["state"] != "completed"]
-            last = f"#{done[-1]['seq']} {signature(done[-1])}" if done else "none recorded"
-            first = f"#{waiting[0]['seq']} {signature(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
-            lines.append(f"  rank {rank}: last completed {last}; first pending {first}")
+            issued[rank] = max((item["seq"] for item in items if _collective(item)), default=0)
+            lines.append(_standing(rank, items))
         mismatch = _first_mismatch(ranks) if len(ranks) > 1 else None
         if mismatch:
             lines.append(mismatch)
@@ -104,12 +127,12 @@ def report(dumps: List[Dict[str, Any]]) -> List[str]:
         behind = sorted(rank for rank, count in issued.items() if count < ahead)
         missing = sorted(set(range(size)) - set(ranks))
         if behind:
-            lines.append(f"  behind: rank(s) {', '.join(map(str, behind))} issued fewer operations "
+            lines.append(f"  behind: rank(s) {', '.join(map(str, behind))} issued fewer collectives "
                          f"({', '.join(f'{issued[r]}' for r in behind)}) than the others ({ahead})")
         if missing:
             lines.append(f"  no dump from rank(s) {', '.join(map(str, missing))}: they may be the ones stuck")
         if not behind and not missing:
-            lines.append(f"  every rank issued {ahead} operations")
+            lines.append(f"  every rank issued {ahead} collective{'' if ahead == 1 else 's'}")
     return lines
 
 

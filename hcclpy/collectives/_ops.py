@@ -131,14 +131,15 @@ def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root:
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCore, count: int, dtype: int,
-          detail: int) -> None:
+          detail: int, numbering: Any = None) -> None:
     """Raise for a failed call; otherwise record it in the flight recorder (``detail``: reduce op,
-    root or peer; -1: none) and keep its buffers (``keep``) alive until ``stream`` is done with them."""
+    root or peer; -1: none; ``numbering``: the counter that numbers it, by default the
+    collectives') and keep its buffers (``keep``) alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
     if _recording:
-        _record((_now(), comm._trace_info, next(comm._trace_seq), name, count, dtype, detail, stream._progress,
-                 stream._handle))
+        _record((_now(), comm._trace_info, next(numbering or comm._trace_seq), name, count, dtype, detail,
+                 stream._progress, stream._handle))
     # The buffers themselves, not a tuple of them: a tuple per call, kept until the stream drains,
     # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
@@ -941,7 +942,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
     peer = _peer(comm, peer)
     _on_device(comm, b, "buf")
     _done(getattr(comm._api, name)(b.ptr, b.count, b.dtype_c, peer, handle, st._ptr_cdata), name, st, (buf,),
-          comm, b.count, b.dtype_c, peer)
+          comm, b.count, b.dtype_c, peer, comm._trace_p2p)
 
 
 def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> None:
@@ -950,8 +951,8 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank
             and buf._alloc.live_device == comm._device_id):
-        _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclSend",
-              st, (buf,), comm, buf._size, buf._dtype_c, peer)
+        _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
+              "HcclSend", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return None
     if isinstance(buf, np.ndarray) and _host is not None:
         _before_staging(comm, "send", buf.dtype, peer=peer)
@@ -965,8 +966,8 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank
             and buf._alloc.live_device == comm._device_id):
-        _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata), "HcclRecv",
-              st, (buf,), comm, buf._size, buf._dtype_c, peer)
+        _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
+              "HcclRecv", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return buf
     if isinstance(buf, np.ndarray) and _host is not None:
         _before_staging(comm, "recv", buf.dtype, peer=peer)
@@ -1060,7 +1061,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                 # Held until the stream is done with them: the arrays, not the item tuples, which
                 # would be new objects for every garbage collection to walk (~0.15 us a call).
                 _done(comm._api.HcclBatchSendRecv(c_items, len(items), comm._handle, st._ptr_cdata),
-                      "HcclBatchSendRecv", st, map(_second, items), comm, len(items), -1, -1)
+                      "HcclBatchSendRecv", st, map(_second, items), comm, len(items), -1, -1, comm._trace_p2p)
                 return None
             found = _batch_rows(comm, items)
             if found is not None:
@@ -1074,7 +1075,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                         cache.clear()
                     c_items = cache[rows] = _ffi.new("HcclSendRecvItem[]", rows)
                 _done(comm._api.HcclBatchSendRecv(c_items, len(rows), comm._handle, st._ptr_cdata),
-                      "HcclBatchSendRecv", st, buffers, comm, len(rows), -1, -1)
+                      "HcclBatchSendRecv", st, buffers, comm, len(rows), -1, -1, comm._trace_p2p)
                 if c_items is not comm._batch_memo[2]:
                     # Remembering costs about a call; only a batch made twice in a row is likely to come again.
                     if c_items is comm._batch_seen:
@@ -1112,8 +1113,8 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         keep.append(buf)
         spans.append((b.address, b.address + b.count * b.itemsize, kind == "recv"))
     _receives_apart(spans)
-    _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st, keep,
-          comm, len(items), -1, -1)
+    _done(comm._api.HcclBatchSendRecv(c_items, len(items), handle, st._ptr_cdata), "HcclBatchSendRecv", st,
+          keep, comm, len(items), -1, -1, comm._trace_p2p)
     return None
 
 

@@ -175,7 +175,9 @@ class Stream:
         Raises
         ------
         CommTimeoutError
-            If ``timeout`` passed first (an :class:`~hcclpy.errors.AclError` too).
+            If ``timeout`` passed first (an :class:`~hcclpy.errors.AclError` too). The work goes
+            on. With ``HCCLPY_TRACE_DIR`` set, the first such give-up after new operations were
+            queued dumps the flight recorder.
         AclError
             If queued work failed; a failed collective makes the stream fail for good.
         """
