@@ -8,10 +8,11 @@ executor: sends to a peer and receives from it progress independently, in the or
 posted, whatever the peer does meanwhile (the semantics of gloo, and what ``batch_isend_irecv``
 promises). Each tag gets channels of its own, so that messages match by tag, then in posting
 order, as with gloo. As torch_npu does for its point-to-point communicators, they are created on
-first use with a small buffer (``P2P_HCCL_BUFFSIZE`` MB, default 20). The root info travels
-through the process group's store, and the receiver says there that it has taken it: only then
-does the sender form the communicator, which would otherwise wait ``HCCL_CONNECT_TIMEOUT`` for a
-receive that never comes, where the group's timeout applies.
+first use with a small buffer (``P2P_HCCL_BUFFSIZE`` MB, default 20), through the process group's
+store: the receiver says there that it is ready, and only then does the sender make the root info
+and publish it. So the sender waits for a receive that never comes within the group's timeout,
+not ``HCCL_CONNECT_TIMEOUT``, and a root info is used as soon as it is made (HCCL gives up on
+one nobody joins within ``HCCL_CONNECT_TIMEOUT``), however late the receive is posted.
 """
 
 from __future__ import annotations
@@ -76,13 +77,14 @@ class Channel:
         with self._lock:
             if self._comm is None:
                 if self._sending:  # rank 0 of the pair
+                    self._wait_for(self._key + "/ready", "posted no receive (did it post the matching receive?)")
+                    self._store.delete_key(self._key + "/ready")  # a later creation waits for a fresh one
                     info = RootInfo.generate(self._device)
-                    self._store.delete_key(self._key + "/taken")  # from a creation that timed out before
                     self._store.set(self._key, info.to_bytes())
-                    self._wait_for(self._key + "/taken", "did not take the root info (did it post the matching receive?)")
                 else:
+                    self._store.delete_key(self._key)  # a root info from a creation that failed before
+                    self._store.set(self._key + "/ready", b"1")
                     info = RootInfo(self._wait_for(self._key, "published no root info (did it post the matching send?)"))
-                    self._store.set(self._key + "/taken", b"1")
                 self._comm = Communicator(2, info, 0 if self._sending else 1, config=self._config,
                                           device=self._device)
             return self._comm

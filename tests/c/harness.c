@@ -1790,3 +1790,21 @@ int h_check_region(h_ctx *ctx, const char *file, int line, const char *what, Hcc
     h_failf(ctx, file, line, "%s: %zu of %zu bytes differ%s", what, bad_bytes, total, detail);
     return 0;
 }
+
+void h_expect_refused(h_ctx *ctx, int line, const char *call, HcclResult rc, HcclResult code,
+                      const char *const *needles)
+{
+    const char *m = aclGetRecentErrMsg();
+    char text[2048];
+    snprintf(text, sizeof text, "%s", m ? m : "");
+    ctx->checks++;
+    if (rc != code) {
+        h_failf(ctx, __FILE__, line, "`%s` returned %d, expected %d; aclGetRecentErrMsg: \"%s\"",
+                call, (int)rc, (int)code, text);
+        return;
+    }
+    for (; *needles != NULL; needles++) {
+        H_EXPECT(ctx, strstr(text, *needles) != NULL, "`%s`: aclGetRecentErrMsg \"%s\" does "
+                 "not mention \"%s\"", call, text, *needles);
+    }
+}

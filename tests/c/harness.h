@@ -305,9 +305,20 @@ void *h_xcalloc(size_t n, size_t m);
 /* Print one informational line (serialised with other ranks' output). */
 void h_log(h_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The HCCL call `rc` came from must have returned `code` with a message (aclGetRecentErrMsg)
+ * containing each of `needles` (NULL-terminated); H_EXPECT_REFUSED is the form to use. */
+void h_expect_refused(h_ctx *ctx, int line, const char *call, HcclResult rc, HcclResult code,
+                      const char *const *needles);
+
 #ifdef __cplusplus
 }
 #endif
+
+#define H_EXPECT_REFUSED(ctx, call, code, ...)                                                  \
+    do {                                                                                        \
+        const char *const needles_[] = {__VA_ARGS__, NULL};                                    \
+        h_expect_refused((ctx), __LINE__, #call, (call), (code), needles_);                    \
+    } while (0)
 
 /* Propagates a failed step (a negative return) out of the calling function. */
 #define RUN(x)                                                                                  \

@@ -5,8 +5,9 @@
  * calling process and writes into the root info where other processes can
  * open it (/proc/<pid>/fd/<fd>).  Each rank claims its slot in the segment,
  * announces its process, device and device-memory arena, and waits for the
- * others.  The creating process closes its descriptor once every rank has
- * mapped the segment, so the memory goes away with the last rank.
+ * others.  The creating process closes its descriptor once the root info is
+ * no longer needed (see "root infos this process made"), so the memory goes
+ * away with the last rank.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,42 +16,167 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hccl/internal.h"
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
-#define SEG_VERSION 2u /* 2: two descriptors and eager data per slot */
+#define SEG_VERSION 3u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension */
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define DEFAULT_EXEC_TIMEOUT_S 1836.0
 
 _Static_assert(sizeof(rootinfo_wire_t) <= HCCL_ROOT_INFO_BYTES, "root info does not fit");
 _Static_assert(sizeof(seg_header_t) <= SEG_HEADER_BYTES, "segment header too large");
 
-/* ------------------------------------------------ segments this process made */
+static double connect_timeout_s(void)
+{
+    return sim_env_seconds("HCCL_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT_S);
+}
+
+static int64_t connect_deadline(void)
+{
+    return sim_now_ns() + (int64_t)(connect_timeout_s() * 1e9);
+}
+
+/* ------------------------------------------------ root infos this process made
+ *
+ * A root info is the creating process's descriptor of the segment, which the ranks open
+ * through /proc.  Like the rendezvous server real HCCL starts in HcclGetRootInfo, it lives only
+ * as long as ranks may still come: it is released (the descriptor closed) as soon as its
+ * communicator is formed, as soon as the communicator's creation has failed, and otherwise
+ * HCCL_CONNECT_TIMEOUT (as set when HcclGetRootInfo ran) after it was made or after a rank last
+ * joined with it, whichever is later.  A thread of this process watches the root infos it holds
+ * (the creator need not be a rank, so it cannot count on a rank of its own to notice), and
+ * exits when there are none.  A rank that uses a released root info is told why. */
+
+#define REAPER_POLL_NS (200 * SIM_NS_PER_MS)
+#define RETIRED_KEPT 64
+
+enum { RETIRED_NONE = 0, RETIRED_FORMED, RETIRED_FAILED, RETIRED_EXPIRED };
 
 typedef struct created {
     struct created *next;
     uint8_t token[16];
     int fd;
+    seg_header_t *header;
+    int64_t made_ns, timeout_ns;
 } created_t;
+
+/* The last root infos released, for a rank of this process that tries one afterwards. */
+typedef struct {
+    uint8_t token[16];
+    int reason;
+    double timeout_s;
+} retired_t;
 
 static pthread_mutex_t g_created_lock = PTHREAD_MUTEX_INITIALIZER;
 static created_t *g_created;
+static bool g_reaper_running;
+static retired_t g_retired[RETIRED_KEPT];
+static unsigned g_retired_next;
 
-/* The creator keeps the descriptor only until every rank has the segment. */
-static void close_created(const uint8_t token[16])
+/* Called with g_created_lock held; `entry` is already unlinked. */
+static void retire(created_t *entry, int reason)
+{
+    retired_t *r = &g_retired[g_retired_next++ % RETIRED_KEPT];
+    memcpy(r->token, entry->token, 16);
+    r->reason = reason;
+    r->timeout_s = (double)entry->timeout_ns / 1e9;
+    munmap(entry->header, SEG_HEADER_BYTES);
+    close(entry->fd);
+    free(entry);
+}
+
+/* Why a root info can go now, or RETIRED_NONE. */
+static int retire_reason(const created_t *entry, int64_t now)
+{
+    seg_header_t *header = entry->header;
+    uint32_t joined = atomic_load(&header->joined);
+    uint32_t nranks = atomic_load(&header->nranks);
+    if ((joined & SEG_JOIN_ABORTED) != 0 || atomic_load(&header->abort_code) != HCCL_SUCCESS)
+        return RETIRED_FAILED;
+    if (nranks != 0 && joined >= nranks)
+        return RETIRED_FORMED;
+    if (now - SIM_MAX(entry->made_ns, atomic_load(&header->last_join_ns)) > entry->timeout_ns)
+        return RETIRED_EXPIRED;
+    return RETIRED_NONE;
+}
+
+static void *reaper_main(void *arg)
+{
+    pthread_mutex_lock(&g_created_lock);
+    while (g_created != NULL) {
+        int64_t now = sim_now_ns(), wake = now + REAPER_POLL_NS;
+        for (created_t **link = &g_created; *link != NULL;) {
+            created_t *entry = *link;
+            int reason = retire_reason(entry, now);
+            if (reason != RETIRED_NONE) {
+                *link = entry->next;
+                retire(entry, reason);
+                continue;
+            }
+            int64_t expiry = SIM_MAX(entry->made_ns, atomic_load(&entry->header->last_join_ns)) + entry->timeout_ns;
+            wake = SIM_MIN(wake, expiry + 1);
+            link = &entry->next;
+        }
+        if (g_created == NULL)
+            break;
+        pthread_mutex_unlock(&g_created_lock);
+        int64_t nap = wake - sim_now_ns();
+        if (nap > 0) {
+            struct timespec ts = {(time_t)(nap / SIM_NS_PER_S), (long)(nap % SIM_NS_PER_S)};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&g_created_lock);
+    }
+    g_reaper_running = false;
+    pthread_mutex_unlock(&g_created_lock);
+    return arg;
+}
+
+/* Releases a root info this process holds (no-op otherwise), for `reason`. */
+static void close_created(const uint8_t token[16], int reason)
 {
     pthread_mutex_lock(&g_created_lock);
     for (created_t **link = &g_created; *link != NULL; link = &(*link)->next) {
         if (memcmp((*link)->token, token, 16) == 0) {
             created_t *entry = *link;
             *link = entry->next;
-            close(entry->fd);
-            free(entry);
+            retire(entry, reason);
             break;
         }
+    }
+    pthread_mutex_unlock(&g_created_lock);
+}
+
+/* The header of a segment this process still holds, or NULL (valid while g_created_lock is held). */
+static seg_header_t *created_header(const uint8_t token[16])
+{
+    for (created_t *entry = g_created; entry != NULL; entry = entry->next)
+        if (memcmp(entry->token, token, 16) == 0)
+            return entry->header;
+    return NULL;
+}
+
+/* Why a root info of this process that cannot be opened any more was released ("" if unknown). */
+static void retired_why(const uint8_t token[16], char *out, size_t len)
+{
+    out[0] = '\0';
+    pthread_mutex_lock(&g_created_lock);
+    for (unsigned i = 0; i < RETIRED_KEPT; i++) {
+        const retired_t *r = &g_retired[i];
+        if (r->reason == RETIRED_NONE || memcmp(r->token, token, 16) != 0)
+            continue;
+        if (r->reason == RETIRED_FORMED)
+            snprintf(out, len, "the root info was already used: its communicator has been formed, and a root info "
+                     "serves one communicator");
+        else if (r->reason == RETIRED_FAILED)
+            snprintf(out, len, "the root info was released when the creation of its communicator failed");
+        else
+            snprintf(out, len, "the root info expired: no rank joined with it within HCCL_CONNECT_TIMEOUT (%g s) "
+                     "of HcclGetRootInfo", r->timeout_s);
     }
     pthread_mutex_unlock(&g_created_lock);
 }
@@ -90,13 +216,25 @@ int hccl_get_root_info(rootinfo_wire_t *wire)
     header->magic = SEG_MAGIC;
     header->version = SEG_VERSION;
     memcpy(header->token, wire->token, 16);
-    munmap(header, SEG_HEADER_BYTES);
 
     memcpy(entry->token, wire->token, 16);
     entry->fd = fd;
+    entry->header = header; /* kept mapped: the reaper watches the communicator form */
+    entry->made_ns = sim_now_ns();
+    entry->timeout_ns = (int64_t)(connect_timeout_s() * 1e9);
     pthread_mutex_lock(&g_created_lock);
     entry->next = g_created;
     g_created = entry;
+    if (!g_reaper_running) {
+        /* Without the thread a root info is still released when its communicator forms or fails;
+         * only the expiry of an unused one is lost. */
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        g_reaper_running = pthread_create(&thread, &attr, reaper_main, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
     pthread_mutex_unlock(&g_created_lock);
     return HCCL_SUCCESS;
 }
@@ -189,10 +327,33 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
 
 /* -------------------------------------------------------------- lifecycle */
 
-static int64_t connect_deadline(void)
+/* Communicator objects are never given back to malloc but kept for the next communicator: a
+ * thread may have read an object's address from a handle just before another thread destroyed
+ * it, and what it then touches (`refs`, to take a reference it gives back once it finds the
+ * handle dead) must still be a communicator's (see hccl_comm_lookup).  What an object holds
+ * is released as before, when its last reference goes. */
+static pthread_mutex_t g_spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static hccl_comm_t *g_spare;
+
+static hccl_comm_t *comm_alloc(void)
 {
-    double seconds = sim_env_seconds("HCCL_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT_S);
-    return sim_now_ns() + (int64_t)(seconds * 1e9);
+    pthread_mutex_lock(&g_spare_lock);
+    hccl_comm_t *comm = g_spare;
+    if (comm != NULL)
+        g_spare = comm->next_spare;
+    pthread_mutex_unlock(&g_spare_lock);
+    if (comm == NULL) {
+        comm = calloc(1, sizeof *comm);
+        if (comm == NULL)
+            return NULL;
+    } else {
+        /* Everything after `refs`, which is 0 and stays untouched until the store below. */
+        size_t keep = offsetof(hccl_comm_t, next_spare);
+        memset((char *)comm + keep, 0, sizeof *comm - keep);
+    }
+    pthread_mutex_init(&comm->lock, NULL);
+    atomic_store(&comm->refs, 1);
+    return comm;
 }
 
 static void comm_free(hccl_comm_t *comm)
@@ -211,7 +372,12 @@ static void comm_free(hccl_comm_t *comm)
     free(comm->send_seq);
     free(comm->recv_seq);
     pthread_mutex_destroy(&comm->lock);
-    free(comm);
+    comm->peer_base = NULL;
+    comm->segment = NULL;
+    pthread_mutex_lock(&g_spare_lock);
+    comm->next_spare = g_spare;
+    g_spare = comm;
+    pthread_mutex_unlock(&g_spare_lock);
 }
 
 void hccl_comm_unref(hccl_comm_t *comm)
@@ -220,6 +386,10 @@ void hccl_comm_unref(hccl_comm_t *comm)
         comm_free(comm);
 }
 
+/* The handle's own reference lives until HcclCommDestroy; the lookup takes one more, only while
+ * the object still has some (a free object has none, and nobody revives it but comm_alloc), and
+ * then checks that the handle still names this object: it may have been destroyed, and the
+ * object reused, between the two reads. */
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err)
 {
     if (handle == NULL) {
@@ -227,6 +397,19 @@ hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err)
         return NULL;
     }
     hccl_comm_t *comm = sim_handle_get(handle, SIM_KIND_COMM);
+    if (comm != NULL) {
+        int refs = atomic_load(&comm->refs);
+        do {
+            if (refs <= 0) {
+                comm = NULL;
+                break;
+            }
+        } while (!atomic_compare_exchange_weak(&comm->refs, &refs, refs + 1));
+    }
+    if (comm != NULL && sim_handle_get(handle, SIM_KIND_COMM) != comm) {
+        hccl_comm_unref(comm);
+        comm = NULL;
+    }
     if (comm == NULL)
         *err = hccl_error(HCCL_E_PARA, "%s: %p is not a live communicator (never created, or destroyed)", api, handle);
     return comm;
@@ -236,13 +419,18 @@ hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err)
  * sleep count themselves in `sleepers` before they look a last time
  * (hccl_op_run), so with the fence either they see what was published or this
  * sees them; with nobody counted, the shared epoch word is left alone. */
-void hccl_wake(hccl_comm_t *comm)
+static void header_wake(seg_header_t *header)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load(&comm->header->sleepers) != 0) {
-        atomic_fetch_add(&comm->header->epoch, 1);
-        sim_futex_wake(&comm->header->epoch, true);
+    if (atomic_load(&header->sleepers) != 0) {
+        atomic_fetch_add(&header->epoch, 1);
+        sim_futex_wake(&header->epoch, true);
     }
+}
+
+void hccl_wake(hccl_comm_t *comm)
+{
+    header_wake(comm->header);
 }
 
 void hccl_publish(hccl_comm_t *comm, uint64_t progress)
@@ -251,19 +439,66 @@ void hccl_publish(hccl_comm_t *comm, uint64_t progress)
     hccl_wake(comm);
 }
 
-void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...)
+/* Records why the communicator broke (the first failure wins) and wakes its waiters. */
+static void segment_vabort(seg_header_t *header, int32_t rank, HcclResult code, const char *fmt, va_list ap)
 {
-    seg_header_t *header = comm->header;
     uint32_t expected = 0;
     if (atomic_compare_exchange_strong(&header->abort_code, &expected, (uint32_t)code)) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(header->abort_text, sizeof header->abort_text, fmt, ap);
-        va_end(ap);
-        header->abort_rank = (int32_t)comm->rank;
+        header->abort_rank = rank;
         atomic_store(&header->abort_text_ready, 1);
     }
-    hccl_wake(comm);
+    header_wake(header);
+}
+
+void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    segment_vabort(comm->header, (int32_t)comm->rank, code, fmt, ap);
+    va_end(ap);
+}
+
+void hccl_comm_abort_as(hccl_comm_t *comm, uint32_t rank, HcclResult code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    segment_vabort(comm->header, (int32_t)rank, code, fmt, ap);
+    va_end(ap);
+}
+
+/* Stops a communicator that is still being formed, so that the ranks waiting for it fail at once
+ * instead of at HCCL_CONNECT_TIMEOUT.  Once every rank has joined, the communicator is formed
+ * and is left alone (false): the ranks may already be using it.  The check and the stop are one
+ * change of `joined`, so a rank joining at the same moment either completes the communicator
+ * first or finds it stopped. */
+static bool abort_forming(seg_header_t *header, int32_t rank, HcclResult code, const char *fmt, ...)
+    SIM_PRINTF(4, 5);
+static bool abort_forming(seg_header_t *header, int32_t rank, HcclResult code, const char *fmt, ...)
+{
+    uint32_t joined = atomic_load(&header->joined);
+    do {
+        if ((joined & SEG_JOIN_ABORTED) != 0)
+            break;
+        uint32_t nranks = atomic_load(&header->nranks);
+        if (nranks != 0 && joined >= nranks)
+            return false;
+    } while (!atomic_compare_exchange_weak(&header->joined, &joined, joined | SEG_JOIN_ABORTED));
+    va_list ap;
+    va_start(ap, fmt);
+    segment_vabort(header, rank, code, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+void hccl_root_info_abandon(const rootinfo_wire_t *wire, HcclResult code, const char *why)
+{
+    pthread_mutex_lock(&g_created_lock);
+    seg_header_t *header = created_header(wire->token);
+    if (header != NULL)
+        abort_forming(header, -1, code, "%s", why);
+    pthread_mutex_unlock(&g_created_lock);
+    close_created(wire->token, RETIRED_FAILED);
 }
 
 HcclResult hccl_comm_broken(const hccl_comm_t *comm)
@@ -285,6 +520,20 @@ int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api)
                       atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");
 }
 
+/* Why the segment a root info names cannot be used any more. */
+static int stale_root_info(const rootinfo_wire_t *wire)
+{
+    char why[256] = "";
+    if (wire->pid == getpid())
+        retired_why(wire->token, why, sizeof why);
+    if (why[0] != '\0')
+        return hccl_error(HCCL_E_UNAVAIL, "%s; make a new one with HcclGetRootInfo", why);
+    return hccl_error(HCCL_E_UNAVAIL, "the root info is no longer valid: it expired or was already used (the process "
+                      "that made it, pid %d, releases it once its communicator is formed or has failed, or "
+                      "HCCL_CONNECT_TIMEOUT after it was made or a rank last joined with it); make a new one with "
+                      "HcclGetRootInfo", (int)wire->pid);
+}
+
 /* Opens the segment named by the root info and maps its header. */
 static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t **header_out)
 {
@@ -302,15 +551,14 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)wire->pid, (int)wire->fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0)
-        return hccl_error(HCCL_E_UNAVAIL, "cannot open the communicator's control segment (%s: %s): the root info "
-                          "was already used by a completed initialisation, or its creator released it",
-                          path, strerror(errno));
-    /* A damaged root info may name any file: reading a mapping past the end of the file raises
-     * SIGBUS, so anything shorter than a segment header is refused before it is mapped. */
+        return stale_root_info(wire);
+    /* A released root info's descriptor number may since name any file: reading a mapping past the
+     * end of the file raises SIGBUS, so anything shorter than a segment header is refused before it
+     * is mapped. */
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)SEG_HEADER_BYTES) {
         close(fd);
-        return hccl_error(HCCL_E_UNAVAIL, "the root info does not name a communicator's control segment (%s)", path);
+        return stale_root_info(wire);
     }
     seg_header_t *header = mmap(NULL, SEG_HEADER_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (header == MAP_FAILED) {
@@ -321,8 +569,7 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
     if (header->magic != SEG_MAGIC || header->version != SEG_VERSION || memcmp(header->token, wire->token, 16) != 0) {
         munmap(header, SEG_HEADER_BYTES);
         close(fd);
-        return hccl_error(HCCL_E_UNAVAIL, "the root info no longer names a live communicator (already used, or "
-                          "its creator released it)");
+        return stale_root_info(wire);
     }
     *fd_out = fd;
     *header_out = header;
@@ -334,7 +581,8 @@ static uint64_t round_up(uint64_t value, uint64_t to)
     return (value + to - 1) / to * to;
 }
 
-/* Sizes the segment for `nranks` (first rank) or checks the size (others). */
+/* Sizes the segment for `nranks` (first rank) or checks the size (others).  A rank that cannot
+ * agree stops the communicator: the others would only wait for it until HCCL_CONNECT_TIMEOUT. */
 static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32_t rank, int64_t deadline)
 {
     uint32_t expected = 0;
@@ -343,19 +591,29 @@ static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32
                         (uint64_t)nranks;
         header->slot_bytes = round_up(slot, 4096);
         header->total_bytes = SEG_HEADER_BYTES + header->slot_bytes * nranks;
-        if (ftruncate(fd, (off_t)header->total_bytes) != 0)
-            return hccl_error(HCCL_E_SYSCALL, "sizing the communicator's control segment failed: %s", strerror(errno));
+        if (ftruncate(fd, (off_t)header->total_bytes) != 0) {
+            int err = hccl_error(HCCL_E_SYSCALL, "sizing the communicator's control segment failed: %s",
+                                 strerror(errno));
+            abort_forming(header, (int32_t)rank, HCCL_E_SYSCALL, "rank %u: %s", rank, sim_error_text());
+            return err;
+        }
         atomic_store_explicit(&header->layout_ready, 1, memory_order_release);
         return HCCL_SUCCESS;
     }
-    if (expected != nranks)
-        return hccl_error(HCCL_E_PARA, "rank %u passed nRanks=%u, but another rank of this communicator passed %u",
-                          rank, nranks, expected);
+    if (expected != nranks) {
+        int err = hccl_error(HCCL_E_PARA, "rank %u passed nRanks=%u, but another rank of this communicator passed %u",
+                             rank, nranks, expected);
+        abort_forming(header, (int32_t)rank, HCCL_E_PARA, "%s", sim_error_text());
+        return err;
+    }
     sim_backoff_t backoff;
     sim_backoff_init(&backoff);
     while (atomic_load_explicit(&header->layout_ready, memory_order_acquire) == 0) {
         if (sim_now_ns() > deadline)
             return hccl_error(HCCL_E_TIMEOUT, "timed out waiting for the communicator's first rank to set it up");
+        if (atomic_load(&header->abort_code) != HCCL_SUCCESS)
+            return hccl_error(HCCL_E_REMOTE, "communicator initialisation failed on another rank: %s",
+                              atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
         if (sim_backoff_step(&backoff))
             usleep(100);
     }
@@ -369,11 +627,17 @@ static int wait_for_ranks(hccl_comm_t *comm, int64_t deadline)
     sim_backoff_t backoff;
     sim_backoff_init(&backoff);
     int64_t next_check = 0;
-    while (atomic_load_explicit(&header->joined, memory_order_acquire) < comm->nranks) {
+    for (;;) {
+        uint32_t joined = atomic_load_explicit(&header->joined, memory_order_acquire);
+        if ((joined & SEG_JOIN_ABORTED) == 0 && joined >= comm->nranks)
+            return HCCL_SUCCESS;
         int64_t now = sim_now_ns();
-        if (atomic_load(&header->abort_code) != 0)
-            return hccl_error(HCCL_E_REMOTE, "communicator initialisation failed on another rank: %s",
-                              atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
+        HcclResult code = (HcclResult)atomic_load(&header->abort_code);
+        /* A stop by abort_forming sets SEG_JOIN_ABORTED a moment before its reason: wait for it. */
+        if (code != HCCL_SUCCESS && atomic_load(&header->abort_text_ready))
+            /* The ranks disagreeing about the call is every rank's parameter error. */
+            return hccl_error(code == HCCL_E_PARA ? HCCL_E_PARA : HCCL_E_REMOTE,
+                              "communicator initialisation failed on another rank: %s", header->abort_text);
         if (now > deadline) {
             char missing[256] = "";
             size_t used = 0;
@@ -381,7 +645,7 @@ static int wait_for_ranks(hccl_comm_t *comm, int64_t deadline)
                 if (atomic_load(&comm_slot(comm, r)->state) != SLOT_JOINED)
                     used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%u", used ? ", " : "", r);
             return hccl_error(HCCL_E_TIMEOUT, "communicator initialisation timed out after HCCL_CONNECT_TIMEOUT: "
-                              "%u of %u ranks joined; missing rank(s) %s", atomic_load(&header->joined),
+                              "%u of %u ranks joined; missing rank(s) %s", joined & ~SEG_JOIN_ABORTED,
                               comm->nranks, missing);
         }
         if (now > next_check) {
@@ -397,7 +661,6 @@ static int wait_for_ranks(hccl_comm_t *comm, int64_t deadline)
         if (sim_backoff_step(&backoff))
             usleep(200);
     }
-    return HCCL_SUCCESS;
 }
 
 static int check_devices(hccl_comm_t *comm)
@@ -422,10 +685,10 @@ static bool cores_oversubscribed(uint32_t local_ranks)
     return cores > 0 && (long)local_ranks > cores;
 }
 
-int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
-                   int device, const char *node, HcclComm *out)
+/* A rank's part of creating a communicator; `api` names the call in messages. */
+static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
+                     const HcclCommConfig *config, int device, const char *node, HcclComm *out)
 {
-    const char *api = "HcclCommInitRootInfo";
     if (nranks == 0 || nranks > HCCL_SIM_MAX_RANKS)
         return hccl_error(HCCL_E_PARA, "%s: nRanks must be in [1, %u], got %u", api, HCCL_SIM_MAX_RANKS, nranks);
     if (rank >= nranks)
@@ -447,8 +710,11 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
         return err;
     err = agree_on_layout(header, fd, nranks, rank, deadline);
     if (err != HCCL_SUCCESS) {
+        bool failed = atomic_load(&header->abort_code) != HCCL_SUCCESS;
         munmap(header, SEG_HEADER_BYTES);
         close(fd);
+        if (failed)
+            close_created(wire->token, RETIRED_FAILED);
         return err;
     }
     uint64_t total = header->total_bytes;
@@ -459,13 +725,11 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     if (segment == MAP_FAILED)
         return hccl_error(HCCL_E_SYSCALL, "%s: mapping the control segment failed: %s", api, strerror(map_errno));
 
-    hccl_comm_t *comm = calloc(1, sizeof *comm);
+    hccl_comm_t *comm = comm_alloc();
     if (comm == NULL) {
         munmap(segment, total);
         return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
     }
-    pthread_mutex_init(&comm->lock, NULL);
-    comm->refs = 1;
     comm->rank = rank;
     comm->nranks = nranks;
     comm->device = device;
@@ -480,7 +744,7 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     comm->scratch_out = calloc(nranks, sizeof *comm->scratch_out);
     if (comm->peer_base == NULL || comm->peer_arena == NULL || comm->send_seq == NULL || comm->recv_seq == NULL ||
         comm->scratch_in == NULL || comm->scratch_out == NULL) {
-        comm_free(comm);
+        hccl_comm_unref(comm);
         return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
     }
     double exec_s = exec_timeout_from_env();
@@ -489,7 +753,7 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     slot_head_t *slot = comm_slot(comm, rank);
     uint32_t expected = SLOT_FREE;
     if (!atomic_compare_exchange_strong(&slot->state, &expected, SLOT_CLAIMED)) {
-        comm_free(comm);
+        hccl_comm_unref(comm);
         return hccl_error(HCCL_E_PARA, "%s: rank %u of this communicator was already taken by another caller "
                           "(each rank must pass a different rank id)", api, rank);
     }
@@ -502,6 +766,7 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     snprintf(slot->name, sizeof slot->name, "%s", parsed.name);
     atomic_store(&slot->progress, 0);
     atomic_store_explicit(&slot->state, SLOT_JOINED, memory_order_release);
+    atomic_store(&comm->header->last_join_ns, sim_now_ns());
     atomic_fetch_add(&comm->header->joined, 1);
     hccl_wake(comm);
 
@@ -509,7 +774,7 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     if (err == HCCL_SUCCESS)
         err = check_devices(comm);
     /* Every rank has the segment mapped now (or will never come). */
-    close_created(wire->token);
+    close_created(wire->token, err == HCCL_SUCCESS ? RETIRED_FORMED : RETIRED_FAILED);
     uint32_t local_ranks = 0;
     for (uint32_t r = 0; err == HCCL_SUCCESS && r < nranks; r++) {
         slot_head_t *peer = comm_slot(comm, r);
@@ -525,7 +790,7 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
         snprintf(text, sizeof text, "%s", sim_error_text());
         hccl_comm_abort(comm, (HcclResult)err, "rank %u failed to initialise: %s", rank, text);
         atomic_store(&slot->state, SLOT_LEFT);
-        comm_free(comm);
+        hccl_comm_unref(comm);
         hccl_error((HcclResult)err, "%s", text);
         return err;
     }
@@ -541,11 +806,17 @@ int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, 
     comm->handle = sim_handle_new(SIM_KIND_COMM, comm);
     if (comm->handle == NULL) {
         atomic_store(&slot->state, SLOT_LEFT);
-        comm_free(comm);
+        hccl_comm_unref(comm);
         return hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api);
     }
     *out = comm->handle;
     return HCCL_SUCCESS;
+}
+
+int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
+                   int device, const char *node, HcclComm *out)
+{
+    return comm_init("HcclCommInitRootInfo", nranks, wire, rank, config, device, node, out);
 }
 
 static int current_device(const char *api, int *device)
@@ -604,17 +875,31 @@ static int init_cluster_info(const char *clusterInfo, uint32_t rank, const HcclC
     err = parse_config(config, api, &parsed);
     if (err != HCCL_SUCCESS)
         return err;
-    uint32_t nranks;
-    int table_device;
-    char node[64];
-    rootinfo_wire_t wire;
-    err = hccl_rank_table_rendezvous(clusterInfo, rank, &nranks, &table_device, node, sizeof node, &wire);
+    /* Everything this rank can check alone is checked before rank 0 starts serving a root info
+     * the others would wait on. */
+    hccl_rank_table_t table;
+    err = hccl_rank_table_read(clusterInfo, rank, &table);
     if (err != HCCL_SUCCESS)
         return err;
-    if (table_device != sim_device_physical(device))
+    if (table.device != sim_device_physical(device))
         return hccl_error(HCCL_E_PARA, "%s: the rank table puts rank %u on device %d, but this thread's current "
-                          "device is %d (physical %d)", api, rank, table_device, device, sim_device_physical(device));
-    return hccl_comm_init(nranks, &wire, rank, config, device, node, comm);
+                          "device is %d (physical %d)", api, rank, table.device, device, sim_device_physical(device));
+    rootinfo_wire_t wire;
+    rank_table_server_t *server = NULL;
+    err = hccl_rank_table_rendezvous(&table, rank, &wire, &server);
+    if (err != HCCL_SUCCESS)
+        return err;
+    err = comm_init(api, table.nranks, &wire, rank, config, device, table.node, comm);
+    /* Rank 0: every other rank has the root info once the communicator is formed, and none must
+     * get it once it has failed; the socket's name is then free for the next attempt. */
+    bool lead = server != NULL;
+    hccl_rank_table_stop(server);
+    if (err != HCCL_SUCCESS && lead) {
+        char why[600];
+        snprintf(why, sizeof why, "rank 0 of the rank table failed: %s", sim_error_text());
+        hccl_root_info_abandon(&wire, HCCL_E_REMOTE, why);
+    }
+    return err;
 }
 
 HCCL_API HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm)
@@ -718,23 +1003,131 @@ HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *c
     if (err == HCCL_SUCCESS)
         for (uint32_t i = 0; i < ndev; i++)
             comms[i] = jobs[i].comm;
-    close_created(wire.token);
+    close_created(wire.token, err == HCCL_SUCCESS ? RETIRED_FORMED : RETIRED_FAILED);
     free(jobs);
     return err;
 }
 
-/* ------------------------------------------------------- sub-communicators */
+/* ------------------------------------------------------- sub-communicators
+ *
+ * Sub-rank 0 makes the sub-communicator's root info, writes the member list (parent ranks) into
+ * the new segment's header and posts (subCommId, root info) in the parent's segment; the other
+ * members find the entry by id, compare the list with their own rankIds and join.  An id names
+ * one sub-communicator at a time: a member that finds the id posted with another list, and a
+ * sub-rank 0 that finds it posted by another, fail with HCCL_E_PARA naming both lists, and so
+ * does the sub-communicator they found if they are among its members (it cannot form without
+ * them), so its other members fail at once too.  Ranks that have not reached the call yet find
+ * nothing and give up at HCCL_CONNECT_TIMEOUT.  Only entries of sub-communicators still forming
+ * count: one that has formed or failed stays posted a moment after, until its creator withdraws
+ * it. */
 
-HCCL_API HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, uint32_t *rankIds, uint64_t subCommId,
-                                            uint32_t subCommRankId, HcclCommConfig *config, HcclComm *subComm)
+#define SHOWN_RANKS 16
+
+static void format_ranks(char *out, size_t len, const uint32_t *ranks, uint32_t n)
+{
+    size_t used = (size_t)snprintf(out, len, "[");
+    for (uint32_t i = 0; i < n && i < SHOWN_RANKS && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%u", i ? ", " : "", ranks[i]);
+    if (n > SHOWN_RANKS && used < len)
+        used += (size_t)snprintf(out + used, len - used, ", ... (%u ranks)", n);
+    if (used < len)
+        snprintf(out + used, len - used, "]");
+}
+
+static bool lists_rank(const uint32_t *ranks, uint32_t n, uint32_t rank)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ranks[i] == rank)
+            return true;
+    return false;
+}
+
+/* Copies a posted entry; false if there is none or it changed meanwhile. */
+static bool read_entry(const subcomm_entry_t *e, subcomm_entry_t *copy, uint32_t *seq_out)
+{
+    uint32_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if ((seq & 1) != 0 || atomic_load_explicit(&e->state, memory_order_acquire) != SUBCOMM_POSTED)
+        return false;
+    copy->id = e->id;
+    copy->members = e->members;
+    copy->creator = e->creator;
+    memcpy(&copy->wire, &e->wire, sizeof copy->wire);
+    atomic_thread_fence(memory_order_acquire);
+    *seq_out = seq;
+    return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq;
+}
+
+static subcomm_entry_t *post_entry(seg_header_t *header, uint64_t id, uint32_t members, uint32_t creator,
+                                   const rootinfo_wire_t *wire)
+{
+    for (int i = 0; i < SEG_SUBCOMM_ENTRIES; i++) {
+        subcomm_entry_t *e = &header->subcomms[i];
+        uint32_t expected = SUBCOMM_FREE;
+        if (!atomic_compare_exchange_strong(&e->state, &expected, SUBCOMM_WRITING))
+            continue;
+        atomic_fetch_add(&e->seq, 1); /* odd: being written */
+        e->id = id;
+        e->members = members;
+        e->creator = creator;
+        memcpy(&e->wire, wire, sizeof e->wire);
+        atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+        atomic_store_explicit(&e->state, SUBCOMM_POSTED, memory_order_release);
+        return e;
+    }
+    return NULL;
+}
+
+static void withdraw_entry(subcomm_entry_t *e)
+{
+    atomic_store(&e->state, SUBCOMM_WRITING);
+    atomic_fetch_add(&e->seq, 2); /* a reader copying it now sees it move */
+    atomic_store_explicit(&e->state, SUBCOMM_FREE, memory_order_release);
+}
+
+enum { PROBE_GONE, PROBE_FORMING };
+
+/* Opens the segment of a posted sub-communicator: PROBE_FORMING (mapped, for the caller to
+ * unmap) if it is still being formed, else PROBE_GONE (formed, failed or released). */
+static int probe_entry(const subcomm_entry_t *entry, int *fd, seg_header_t **header)
+{
+    if (open_segment(&entry->wire, fd, header) != HCCL_SUCCESS)
+        return PROBE_GONE;
+    seg_header_t *h = *header;
+    uint32_t joined = atomic_load(&h->joined), nranks = atomic_load(&h->nranks);
+    if ((joined & SEG_JOIN_ABORTED) == 0 && atomic_load(&h->abort_code) == HCCL_SUCCESS &&
+        (nranks == 0 || joined < nranks) && h->sub_nranks != 0)
+        return PROBE_FORMING;
+    munmap(h, SEG_HEADER_BYTES);
+    close(*fd);
+    return PROBE_GONE;
+}
+
+static void unprobe(int fd, seg_header_t *header)
+{
+    munmap(header, SEG_HEADER_BYTES);
+    close(fd);
+}
+
+/* Another sub-communicator with this id is forming (its segment `theirs`): describes the clash in
+ * `text` and stops that sub-communicator if this rank is one of its members. */
+static void clash(const hccl_comm_t *parent, uint64_t id, seg_header_t *theirs, const uint32_t *mine, uint32_t n,
+                  bool creating, char *text, size_t len)
+{
+    char their_list[160], my_list[160];
+    format_ranks(their_list, sizeof their_list, theirs->sub_ranks, theirs->sub_nranks);
+    format_ranks(my_list, sizeof my_list, mine, n);
+    snprintf(text, len, "the ranks disagree on sub-communicator %llu of '%s': rank %u creates it with rankIds %s, "
+             "but rank %u %s rankIds %s (every member must pass the same rankNum and rankIds for one subCommId)",
+             (unsigned long long)id, parent->name, theirs->sub_ranks[0], their_list, parent->rank,
+             creating ? "creates it too, with" : "passes", my_list);
+    if (lists_rank(theirs->sub_ranks, theirs->sub_nranks, parent->rank))
+        abort_forming(theirs, -1, HCCL_E_PARA, "%s", text);
+}
+
+static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, uint64_t subCommId,
+                      uint32_t subCommRankId, HcclCommConfig *config, HcclComm *subComm)
 {
     const char *api = "HcclCreateSubCommConfig";
-    if (comm == NULL || subComm == NULL)
-        return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, comm == NULL ? "comm" : "subComm");
-    int err = HCCL_SUCCESS;
-    hccl_comm_t *parent = hccl_comm_lookup(*comm, api, &err);
-    if (parent == NULL)
-        return err;
     if (rankIds == NULL) {
         /* This rank is not a member. */
         *subComm = NULL;
@@ -759,54 +1152,87 @@ HCCL_API HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, ui
         return hccl_error(HCCL_E_PARA, "%s: subCommRankId %u must be this rank's position in rankIds (parent rank "
                           "%u)", api, subCommRankId, parent->rank);
     parsed_config_t parsed;
-    err = parse_config(config, api, &parsed);
+    int err = parse_config(config, api, &parsed);
     if (err != HCCL_SUCCESS)
         return err;
 
     seg_header_t *header = parent->header;
     int64_t deadline = connect_deadline();
     rootinfo_wire_t wire;
+    subcomm_entry_t *posted = NULL;
+    char text[800]; /* the clash message names two lists */
     if (subCommRankId == 0) {
         err = hccl_get_root_info(&wire);
         if (err != HCCL_SUCCESS)
             return err;
-        subcomm_entry_t *entry = NULL;
-        for (int i = 0; i < SEG_SUBCOMM_ENTRIES; i++) {
-            subcomm_entry_t *e = &header->subcomms[i];
-            if (atomic_load(&e->state) == 2 && e->id == subCommId) {
-                close_created(wire.token);
-                return hccl_error(HCCL_E_PARA, "%s: sub-communicator id %llu is already being created", api,
-                                  (unsigned long long)subCommId);
+        pthread_mutex_lock(&g_created_lock);
+        seg_header_t *own = created_header(wire.token);
+        if (own != NULL) {
+            own->sub_id = subCommId;
+            memcpy(own->sub_ranks, rankIds, rankNum * sizeof *rankIds);
+            own->sub_nranks = rankNum;
+        }
+        pthread_mutex_unlock(&g_created_lock);
+        if (own == NULL) /* expired already: HCCL_CONNECT_TIMEOUT is 0 */
+            return hccl_error(HCCL_E_TIMEOUT, "%s: the sub-communicator's root info expired at once "
+                              "(HCCL_CONNECT_TIMEOUT is %g s)", api, connect_timeout_s());
+        if (rankNum > 1) {
+            posted = post_entry(header, subCommId, rankNum, parent->rank, &wire);
+            if (posted == NULL) {
+                close_created(wire.token, RETIRED_FAILED);
+                return hccl_error(HCCL_E_UNAVAIL, "%s: too many sub-communicators being created at once", api);
+            }
+            hccl_wake(parent);
+            /* Looked for after posting: of two creators posting one id at once, each sees the other. */
+            for (int i = 0; i < SEG_SUBCOMM_ENTRIES; i++) {
+                subcomm_entry_t copy;
+                uint32_t seq;
+                int fd;
+                seg_header_t *theirs;
+                if (&header->subcomms[i] == posted || !read_entry(&header->subcomms[i], &copy, &seq) ||
+                    copy.id != subCommId || probe_entry(&copy, &fd, &theirs) != PROBE_FORMING)
+                    continue;
+                clash(parent, subCommId, theirs, rankIds, rankNum, true, text, sizeof text);
+                unprobe(fd, theirs);
+                withdraw_entry(posted);
+                /* Members that already joined this one fail with the same error. */
+                pthread_mutex_lock(&g_created_lock);
+                own = created_header(wire.token);
+                if (own != NULL)
+                    abort_forming(own, -1, HCCL_E_PARA, "%s", text);
+                pthread_mutex_unlock(&g_created_lock);
+                close_created(wire.token, RETIRED_FAILED);
+                return hccl_error(HCCL_E_PARA, "%s: %s", api, text);
             }
         }
-        for (int i = 0; i < SEG_SUBCOMM_ENTRIES && entry == NULL; i++) {
-            uint32_t expected = 0;
-            if (atomic_compare_exchange_strong(&header->subcomms[i].state, &expected, 1))
-                entry = &header->subcomms[i];
-        }
-        if (entry == NULL) {
-            close_created(wire.token);
-            return hccl_error(HCCL_E_UNAVAIL, "%s: too many sub-communicators being created at once", api);
-        }
-        entry->id = subCommId;
-        entry->members = rankNum;
-        entry->wire = wire;
-        atomic_store(&entry->readers, 0);
-        atomic_store_explicit(&entry->state, rankNum > 1 ? 2 : 0, memory_order_release);
-        hccl_wake(parent);
     } else {
         sim_backoff_t backoff;
         sim_backoff_init(&backoff);
+        /* Entries found formed or failed, by their `seq`, not to be opened again. */
+        uint32_t gone[SEG_SUBCOMM_ENTRIES] = {0};
         bool found = false;
         while (!found) {
             for (int i = 0; i < SEG_SUBCOMM_ENTRIES && !found; i++) {
-                subcomm_entry_t *e = &header->subcomms[i];
-                if (atomic_load_explicit(&e->state, memory_order_acquire) == 2 && e->id == subCommId) {
-                    wire = e->wire;
-                    found = true;
-                    if (atomic_fetch_add(&e->readers, 1) + 2 == e->members)
-                        atomic_store(&e->state, 0); /* every member has read it */
+                subcomm_entry_t copy;
+                uint32_t seq;
+                int fd;
+                seg_header_t *theirs;
+                if (!read_entry(&header->subcomms[i], &copy, &seq) || copy.id != subCommId || gone[i] == seq)
+                    continue;
+                if (probe_entry(&copy, &fd, &theirs) != PROBE_FORMING) {
+                    gone[i] = seq;
+                    continue;
                 }
+                bool same = theirs->sub_id == subCommId && theirs->sub_nranks == rankNum &&
+                            memcmp(theirs->sub_ranks, rankIds, rankNum * sizeof *rankIds) == 0;
+                if (!same) {
+                    clash(parent, subCommId, theirs, rankIds, rankNum, false, text, sizeof text);
+                    unprobe(fd, theirs);
+                    return hccl_error(HCCL_E_PARA, "%s: %s", api, text);
+                }
+                unprobe(fd, theirs);
+                wire = copy.wire;
+                found = true;
             }
             if (found)
                 break;
@@ -819,12 +1245,37 @@ HCCL_API HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, ui
                 usleep(200);
         }
     }
-    err = hccl_comm_init(rankNum, &wire, subCommRankId, config, parent->device, comm_slot(parent, parent->rank)->node,
-                         subComm);
+    err = comm_init(api, rankNum, &wire, subCommRankId, config, parent->device, comm_slot(parent, parent->rank)->node,
+                    subComm);
+    if (subCommRankId == 0) {
+        /* The members have what they need (or will not come); a failure before this rank joined
+         * is passed on to those that did. */
+        if (posted != NULL)
+            withdraw_entry(posted);
+        if (err != HCCL_SUCCESS) {
+            snprintf(text, sizeof text, "sub-rank 0 (parent rank %u) failed: %s", parent->rank, sim_error_text());
+            hccl_root_info_abandon(&wire, HCCL_E_REMOTE, text);
+        }
+    }
     if (err == HCCL_SUCCESS) {
         hccl_comm_t *created = sim_handle_get(*subComm, SIM_KIND_COMM);
         created->is_subcomm = true;
     }
+    return err;
+}
+
+HCCL_API HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, uint32_t *rankIds, uint64_t subCommId,
+                                            uint32_t subCommRankId, HcclCommConfig *config, HcclComm *subComm)
+{
+    const char *api = "HcclCreateSubCommConfig";
+    if (comm == NULL || subComm == NULL)
+        return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api, comm == NULL ? "comm" : "subComm");
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *parent = hccl_comm_lookup(*comm, api, &err);
+    if (parent == NULL)
+        return err;
+    err = create_sub(parent, rankNum, rankIds, subCommId, subCommRankId, config, subComm);
+    hccl_comm_unref(parent);
     return err;
 }
 
@@ -836,14 +1287,27 @@ HCCL_API HcclResult HcclCommDestroy(HcclComm handle)
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclCommDestroy", &err);
     if (comm == NULL)
         return err;
+    /* Operations still queued on a suspended or failed communicator can only fail (exec.c), and
+     * each holds a reference of its own: the communicator goes now and they fail when their
+     * streams reach them.  Otherwise HcclCommDestroy right after HcclCommSuspend would succeed or
+     * not depending on how far a stream's worker had got. */
     int pending = atomic_load(&comm->pending);
-    if (pending > 0)
-        return hccl_error(HCCL_E_AGAIN, "HcclCommDestroy: '%s' still has %d operation%s in flight; synchronise its "
-                          "streams and try again", comm->name, pending, pending == 1 ? "" : "s");
-    sim_handle_free(handle);
+    if (pending > 0 && !atomic_load(&comm->suspended) && hccl_comm_broken(comm) == HCCL_SUCCESS) {
+        err = hccl_error(HCCL_E_AGAIN, "HcclCommDestroy: '%s' still has %d operation%s in flight; synchronise its "
+                         "streams and try again", comm->name, pending, pending == 1 ? "" : "s");
+        hccl_comm_unref(comm);
+        return err;
+    }
+    /* Of two threads destroying one communicator, one frees the handle and drops its reference. */
+    if (!sim_handle_free(handle)) {
+        hccl_comm_unref(comm);
+        return hccl_error(HCCL_E_PARA, "HcclCommDestroy: %p is not a live communicator (destroyed by another "
+                          "thread)", handle);
+    }
     atomic_store(&comm_slot(comm, comm->rank)->state, SLOT_LEFT);
     hccl_wake(comm);
-    hccl_comm_unref(comm);
+    hccl_comm_unref(comm); /* the lookup's */
+    hccl_comm_unref(comm); /* the handle's */
     return HCCL_SUCCESS;
 }
 
@@ -856,9 +1320,11 @@ HCCL_API HcclResult HcclGetRankSize(HcclComm handle, uint32_t *rankSize)
     if (comm == NULL)
         return err;
     if (rankSize == NULL)
-        return hccl_error(HCCL_E_PTR, "HcclGetRankSize: rankSize is NULL");
-    *rankSize = comm->nranks;
-    return HCCL_SUCCESS;
+        err = hccl_error(HCCL_E_PTR, "HcclGetRankSize: rankSize is NULL");
+    else
+        *rankSize = comm->nranks;
+    hccl_comm_unref(comm);
+    return err;
 }
 
 HCCL_API HcclResult HcclGetRankId(HcclComm handle, uint32_t *rank)
@@ -868,9 +1334,11 @@ HCCL_API HcclResult HcclGetRankId(HcclComm handle, uint32_t *rank)
     if (comm == NULL)
         return err;
     if (rank == NULL)
-        return hccl_error(HCCL_E_PTR, "HcclGetRankId: rank is NULL");
-    *rank = comm->rank;
-    return HCCL_SUCCESS;
+        err = hccl_error(HCCL_E_PTR, "HcclGetRankId: rank is NULL");
+    else
+        *rank = comm->rank;
+    hccl_comm_unref(comm);
+    return err;
 }
 
 HCCL_API HcclResult HcclGetCommName(HcclComm handle, char *commName)
@@ -880,9 +1348,11 @@ HCCL_API HcclResult HcclGetCommName(HcclComm handle, char *commName)
     if (comm == NULL)
         return err;
     if (commName == NULL)
-        return hccl_error(HCCL_E_PTR, "HcclGetCommName: commName is NULL");
-    snprintf(commName, HCCL_SIM_NAME_BYTES, "%s", comm->name);
-    return HCCL_SUCCESS;
+        err = hccl_error(HCCL_E_PTR, "HcclGetCommName: commName is NULL");
+    else
+        snprintf(commName, HCCL_SIM_NAME_BYTES, "%s", comm->name);
+    hccl_comm_unref(comm);
+    return err;
 }
 
 HCCL_API HcclResult HcclGetCommAsyncError(HcclComm handle, HcclResult *asyncError)
@@ -891,19 +1361,25 @@ HCCL_API HcclResult HcclGetCommAsyncError(HcclComm handle, HcclResult *asyncErro
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclGetCommAsyncError", &err);
     if (comm == NULL)
         return err;
-    if (asyncError == NULL)
-        return hccl_error(HCCL_E_PTR, "HcclGetCommAsyncError: asyncError is NULL");
+    if (asyncError == NULL) {
+        err = hccl_error(HCCL_E_PTR, "HcclGetCommAsyncError: asyncError is NULL");
+        hccl_comm_unref(comm);
+        return err;
+    }
     HcclResult code = (HcclResult)atomic_load(&comm->async_error);
     HcclResult broken = hccl_comm_broken(comm);
     if (code == HCCL_SUCCESS && broken != HCCL_SUCCESS) {
-        code = broken;
         seg_header_t *header = comm->header;
+        /* Another rank's failure is a remote error on this one, as for its operations
+         * (hccl_comm_check_usable): not, say, HCCL_E_SUSPENDING for a rank that is not suspended. */
+        code = broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)comm->rank ? HCCL_E_REMOTE : broken;
         hccl_error(code, "communicator '%s' failed on rank %d: %s", comm->name, (int)header->abort_rank,
                    atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
     } else if (code != HCCL_SUCCESS) {
         hccl_error(code, "%s", comm->async_text);
     }
     *asyncError = code;
+    hccl_comm_unref(comm);
     return HCCL_SUCCESS;
 }
 
@@ -936,6 +1412,13 @@ HCCL_API HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValu
     return HCCL_SUCCESS;
 }
 
+/* HcclCommSuspend stops this rank's part of the communicator: its operations in flight fail at
+ * once (HCCL_E_SUSPENDING) and break the communicator on every rank, and it refuses new ones.
+ * The other ranks see the suspension in its slot: an operation of theirs that needs this rank
+ * meanwhile fails at once with HCCL_E_REMOTE naming it (exec.c check_health), which breaks the
+ * communicator as though this rank had failed.  HcclCommResume lifts the suspension; it
+ * succeeds only if nothing broke the communicator in between, as when every rank suspends, the
+ * ranks synchronise and every rank resumes before the next operation (the CANN recovery flow). */
 HCCL_API HcclResult HcclCommSuspend(HcclComm handle)
 {
     int err = HCCL_SUCCESS;
@@ -943,7 +1426,9 @@ HCCL_API HcclResult HcclCommSuspend(HcclComm handle)
     if (comm == NULL)
         return err;
     atomic_store(&comm->suspended, true);
-    hccl_wake(comm); /* operations asleep in a wait notice at once */
+    atomic_store(&comm_slot(comm, comm->rank)->suspended, 1);
+    hccl_wake(comm); /* operations asleep in a wait, here and on the other ranks, notice at once */
+    hccl_comm_unref(comm);
     return HCCL_SUCCESS;
 }
 
@@ -953,12 +1438,16 @@ HCCL_API HcclResult HcclCommResume(HcclComm handle)
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclCommResume", &err);
     if (comm == NULL)
         return err;
-    /* A suspension that stopped an operation in flight broke the communicator on every rank
-     * (exec.c): nothing restores that, so Resume reports it instead of a success after which
-     * every call fails.  The suspension is lifted all the same, so that later calls give the
-     * same code and message as this one (the failure, not "suspended: call HcclCommResume"). */
+    /* A suspension that stopped an operation in flight, here or on a rank that needed this one,
+     * broke the communicator on every rank (exec.c): nothing restores that, so Resume reports it
+     * instead of a success after which every call fails.  The suspension is lifted all the same,
+     * so that later calls give the same code and message as this one (the failure, not
+     * "suspended: call HcclCommResume"). */
+    atomic_store(&comm_slot(comm, comm->rank)->suspended, 0);
     atomic_store(&comm->suspended, false);
-    return hccl_comm_check_usable(comm, "HcclCommResume");
+    err = hccl_comm_check_usable(comm, "HcclCommResume");
+    hccl_comm_unref(comm);
+    return err;
 }
 
 /* ------------------------------------------------------------------- fork */
@@ -966,12 +1455,15 @@ HCCL_API HcclResult HcclCommResume(HcclComm handle)
 void hccl_comm_after_fork(void)
 {
     pthread_mutex_init(&g_created_lock, NULL);
+    pthread_mutex_init(&g_spare_lock, NULL);
     while (g_created != NULL) {
         created_t *entry = g_created;
         g_created = entry->next;
+        munmap(entry->header, SEG_HEADER_BYTES);
         close(entry->fd); /* the parent's segments are not ours to hand out */
         free(entry);
     }
+    g_reaper_running = false; /* the parent's thread is not in the child */
 }
 
 void hccl_group_after_fork(void);

@@ -742,6 +742,15 @@ static int check_health(op_task_t *op)
         if (!op->started || !waiting_on(op, r))
             continue;
         slot_head_t *slot = comm_slot(comm, r);
+        if (atomic_load(&slot->suspended)) {
+            /* Recorded as rank r's failure, as a suspension that stops r's own operation is: r's
+             * HcclCommResume and later calls report HCCL_E_SUSPENDING, the others HCCL_E_REMOTE. */
+            hccl_comm_abort_as(comm, r, HCCL_E_SUSPENDING, "rank %u suspended communicator '%s' (HcclCommSuspend) "
+                               "while rank %u was waiting for it in %s #%llu", r, comm->name, comm->rank,
+                               hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+            return hccl_error(HCCL_E_REMOTE, "rank %u suspended the communicator (HcclCommSuspend) while rank %u "
+                              "was in %s #%llu", r, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+        }
         if (atomic_load(&slot->state) == SLOT_LEFT)
             return hccl_error(HCCL_E_REMOTE, "rank %u destroyed the communicator while rank %u was in %s #%llu",
                               r, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);

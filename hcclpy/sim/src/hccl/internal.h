@@ -2,6 +2,9 @@
 #ifndef HCCLPY_SIM_HCCL_INTERNAL_H
 #define HCCLPY_SIM_HCCL_INTERNAL_H
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include "common/sim.h"
 #include "hccl/hccl.h"
 
@@ -32,14 +35,23 @@ typedef struct {
 #define SEG_SUBCOMM_ENTRIES 64
 
 enum { SLOT_FREE = 0, SLOT_CLAIMED, SLOT_JOINED, SLOT_LEFT };
+enum { SUBCOMM_FREE = 0, SUBCOMM_WRITING, SUBCOMM_POSTED };
 
+/* A sub-communicator being created, as its sub-rank 0 posts it in the parent's segment for the
+ * other members (HcclCreateSubCommConfig).  Only its creator changes or withdraws it; `seq` is
+ * odd while it does, so a reader copies the entry and keeps the copy only if `seq` did not move. */
 typedef struct {
-    _Atomic uint32_t state; /* 0 free, 1 being written, 2 posted */
-    _Atomic uint32_t readers;
+    _Atomic uint32_t state;  /* SUBCOMM_* */
+    _Atomic uint32_t seq;
     uint64_t id;
     uint32_t members;
+    uint32_t creator;        /* parent rank of sub-rank 0 */
     rootinfo_wire_t wire;
 } subcomm_entry_t;
+
+/* Set in `joined` by a rank that stops a communicator still forming (comm.c abort_forming): the
+ * count can then never be read as complete, so no rank takes the communicator as formed. */
+#define SEG_JOIN_ABORTED 0x80000000u
 
 typedef struct {
     uint64_t magic;
@@ -47,7 +59,8 @@ typedef struct {
     uint8_t token[16];
     _Atomic uint32_t nranks;        /* set by the first rank to join */
     _Atomic uint32_t layout_ready;
-    _Atomic uint32_t joined;
+    _Atomic uint32_t joined;        /* ranks joined, | SEG_JOIN_ABORTED */
+    _Atomic int64_t last_join_ns;   /* when a rank last joined (the root info's expiry counts from it) */
     uint64_t slot_bytes;
     uint64_t total_bytes;
     SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped on publishing while a waiter sleeps */
@@ -57,6 +70,11 @@ typedef struct {
     int32_t abort_rank;
     char abort_text[512];
     SIM_ALIGNED subcomm_entry_t subcomms[SEG_SUBCOMM_ENTRIES];
+    /* For a sub-communicator: the parent ranks its creator passed (written before the root info
+     * is posted), which every other member compares with its own rankIds before it joins. */
+    uint64_t sub_id;
+    uint32_t sub_nranks;            /* 0: not a sub-communicator */
+    uint32_t sub_ranks[HCCL_SIM_MAX_RANKS];
 } seg_header_t;
 
 /* One collective as a rank announces it to the others. */
@@ -81,6 +99,8 @@ typedef struct {
     uint64_t tiny_sig[2];
     char tiny[2][HCCL_SIM_TINY_BYTES];
     SIM_ALIGNED _Atomic uint32_t state;
+    /* HcclCommSuspend on this rank: a peer's operation that needs the rank meanwhile fails (exec.c). */
+    _Atomic uint32_t suspended;
     int32_t pid;
     uint64_t start_time;
     int32_t device;         /* logical, in its own process */
@@ -116,7 +136,12 @@ typedef struct {
 
 /* ---------------------------------------------------------- communicator */
 
+/* Communicator objects are recycled, never given back to malloc (comm.c): a thread that looked
+ * one up through a stale handle may still touch `refs`, which therefore stays first and is
+ * never cleared by a reuse, only moved from 0 to 1 by it. */
 typedef struct hccl_comm {
+    _Atomic int refs;
+    struct hccl_comm *next_spare;
     void *handle;
     uint32_t rank, nranks;
     int device;
@@ -138,7 +163,6 @@ typedef struct hccl_comm {
     _Atomic uint64_t lseq_done;
     uint64_t *send_seq, *recv_seq;  /* point-to-point, per peer */
     _Atomic int pending;
-    _Atomic int refs;
 
     int64_t exec_timeout_ns;        /* 0 = no limit */
     bool oversubscribed;            /* more local ranks than cores: do not spin long */
@@ -175,16 +199,24 @@ const char *hccl_result_name(HcclResult code);
 
 /* ----------------------------------------------------------------- comm */
 
+/* The live communicator of a handle with a reference taken (release it with hccl_comm_unref),
+ * or NULL with `err` set: a concurrent HcclCommDestroy cannot free it under the caller. */
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
 void hccl_comm_unref(hccl_comm_t *comm);
 /* Marks the communicator broken on every rank (first failure wins). */
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
+/* The same, recording rank `rank` as the one that broke it. */
+void hccl_comm_abort_as(hccl_comm_t *comm, uint32_t rank, HcclResult code, const char *fmt, ...) SIM_PRINTF(4, 5);
 HcclResult hccl_comm_broken(const hccl_comm_t *comm);
 /* HCCL_SUCCESS while the communicator works; once it is broken, the code a call on this rank
  * reports for that (another rank's failure is HCCL_E_REMOTE here, a timeout stays a timeout),
  * recorded with "<api>: communicator '<name>' has failed (rank R: why); destroy it ...". */
 int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api);
 int hccl_get_root_info(rootinfo_wire_t *wire);
+/* Gives up a root info this process made for a communicator that will not be formed: ranks
+ * that already joined with it fail at once (with `code`, PARA or REMOTE, quoting `why`), and it
+ * is released. */
+void hccl_root_info_abandon(const rootinfo_wire_t *wire, HcclResult code, const char *why);
 int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
                    int device, const char *node, HcclComm *out);
 void hccl_comm_after_fork(void);
@@ -299,7 +331,25 @@ int hccl_group_add_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t r
                         int device, HcclComm *out);
 
 /* ranktable.c */
-int hccl_rank_table_rendezvous(const char *path, uint32_t rank, uint32_t *nranks, int *device, char *node,
-                               size_t node_len, rootinfo_wire_t *wire);
+
+/* What the rank table says about one rank, and where its rank 0 serves the root info. */
+typedef struct {
+    uint32_t nranks;
+    int device;             /* physical */
+    char node[64];          /* the rank's server_id */
+    struct sockaddr_un addr;
+    socklen_t addr_len;
+} hccl_rank_table_t;
+
+typedef struct rank_table_server rank_table_server_t;
+
+/* Reads and checks the rank table; touches nothing shared. */
+int hccl_rank_table_read(const char *path, uint32_t rank, hccl_rank_table_t *table);
+/* Rank 0 makes a root info and serves it (`*server`, to stop with hccl_rank_table_stop); the
+ * other ranks fetch it (`*server` = NULL). */
+int hccl_rank_table_rendezvous(const hccl_rank_table_t *table, uint32_t rank, rootinfo_wire_t *wire,
+                               rank_table_server_t **server);
+/* Stops serving and waits for the server thread; NULL is ignored. */
+void hccl_rank_table_stop(rank_table_server_t *server);
 
 #endif

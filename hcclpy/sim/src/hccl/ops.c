@@ -83,6 +83,17 @@ typedef struct {
     void *stream_handle;
 } call_t;
 
+/* An entry point's call_t holds the reference hccl_comm_lookup took (a concurrent
+ * HcclCommDestroy cannot free the communicator under it) and gives it back when the entry point
+ * returns, whichever way it returns. */
+static void end_call(call_t *call)
+{
+    if (call->comm != NULL)
+        hccl_comm_unref(call->comm);
+}
+
+#define CALL(name) call_t name __attribute__((cleanup(end_call))) = {0}
+
 static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_handle, aclrtStream stream_handle)
 {
     call->api = api;
@@ -225,7 +236,7 @@ static int reduction(HcclComm comm, aclrtStream stream, uint32_t type, const cha
                      uint64_t count, uint64_t send_count, uint64_t recv_count, HcclDataType dtype, HcclReduceOp op,
                      uint32_t root, bool in_place)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, api, type, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dtype);
@@ -289,14 +300,15 @@ HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t rec
     hccl_comm_t *found = hccl_comm_lookup(comm, "HcclReduceScatter", &err);
     if (found == NULL)
         return err;
-    uint32_t n = found->nranks;
+    uint32_t n = found->nranks, rank = found->rank;
+    hccl_comm_unref(found); /* reduction() looks it up again */
     if (recvCount > HCCL_SIM_MAX_COUNT / n)
         return hccl_error(HCCL_E_PARA, "HcclReduceScatter: recvCount %llu times %u ranks exceeds the largest "
                           "supported count", (unsigned long long)recvCount, n);
     /* In place means recvBuf is this rank's block of sendBuf.  Integer arithmetic: the pointers are
      * not checked yet and may be anything, and pointer arithmetic that overflows is undefined. */
     bool in_place = (uintptr_t)recvBuf ==
-                    (uintptr_t)sendBuf + (uint64_t)found->rank * recvCount * hccl_dtype_size(dataType);
+                    (uintptr_t)sendBuf + (uint64_t)rank * recvCount * hccl_dtype_size(dataType);
     return reduction(comm, stream, HCCL_CMD_REDUCE_SCATTER, "HcclReduceScatter", sendBuf, recvBuf, recvCount,
                      recvCount * n, recvCount, dataType, op, 0, in_place);
 }
@@ -306,7 +318,7 @@ HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t rec
 HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root, HcclComm comm,
                                   aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclBroadcast", HCCL_CMD_BROADCAST, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
@@ -333,7 +345,7 @@ HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataTy
 HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType dataType,
                                   HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclAllGather", HCCL_CMD_ALLGATHER, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
@@ -371,7 +383,7 @@ HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCou
 HCCL_API HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
                                 uint32_t root, HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclScatter", HCCL_CMD_SCATTER, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "dataType", dataType);
@@ -414,7 +426,7 @@ HCCL_API HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount
 HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType, const void *recvBuf,
                                  uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclAlltoAll", HCCL_CMD_ALLTOALL, comm, stream);
     if (err == HCCL_SUCCESS)
         err = check_dtype(&call, "sendType", sendType);
@@ -505,7 +517,7 @@ HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, c
                                   HcclDataType sendType, const void *recvBuf, const void *recvCounts,
                                   const void *rdispls, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclAlltoAllV", HCCL_CMD_ALLTOALLV, comm, stream);
     if (err == HCCL_SUCCESS && (sendCounts == NULL || sdispls == NULL || recvCounts == NULL || rdispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclAlltoAllV: sendCounts, sdispls, recvCounts and rdispls must not be NULL");
@@ -549,7 +561,7 @@ HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, c
 HCCL_API HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMatrix, HcclDataType sendType,
                                    const void *recvBuf, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclAlltoAllVC", HCCL_CMD_ALLTOALLVC, comm, stream);
     if (err == HCCL_SUCCESS && sendCountMatrix == NULL)
         err = hccl_error(HCCL_E_PTR, "HcclAlltoAllVC: sendCountMatrix is NULL");
@@ -603,7 +615,7 @@ HCCL_API HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMat
 HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recvBuf, const void *recvCounts,
                                    const void *recvDispls, HcclDataType dataType, HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclAllGatherV", HCCL_CMD_ALLGATHER_V, comm, stream);
     if (err == HCCL_SUCCESS && (recvCounts == NULL || recvDispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclAllGatherV: recvCounts and recvDispls must not be NULL");
@@ -648,7 +660,7 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
                                        uint64_t recvCount, HcclDataType dataType, HcclReduceOp op, HcclComm comm,
                                        aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclReduceScatterV", HCCL_CMD_REDUCE_SCATTER_V, comm, stream);
     if (err == HCCL_SUCCESS && (sendCounts == NULL || sendDispls == NULL))
         err = hccl_error(HCCL_E_PTR, "HcclReduceScatterV: sendCounts and sendDispls must not be NULL");
@@ -698,7 +710,7 @@ HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, co
 
 HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclBarrier", HCCL_CMD_BARRIER, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
@@ -755,7 +767,7 @@ static int point_to_point(const call_t *call, const HcclSendRecvItem *items, uin
 static int single(HcclComm comm, aclrtStream stream, const char *api, HcclSendRecvType kind, void *buf,
                   uint64_t count, HcclDataType dataType, uint32_t peer)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, api, kind == HCCL_SEND ? HCCL_CMD_SEND : HCCL_CMD_RECEIVE, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
@@ -780,7 +792,7 @@ HCCL_API HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataTyp
 HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum, HcclComm comm,
                                       aclrtStream stream)
 {
-    call_t call;
+    CALL(call);
     int err = begin(&call, "HcclBatchSendRecv", HCCL_CMD_BATCH_SEND_RECV, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;

@@ -5,9 +5,11 @@
  * around, so rank 0 creates one and serves it on an abstract Unix socket
  * whose name is derived from the table's path and contents; the other ranks
  * connect and read it.  Abstract sockets vanish with their process: nothing
- * is left behind.
+ * is left behind.  Everything a rank can check alone (the table, its device) is checked before
+ * rank 0 serves anything.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -378,32 +380,38 @@ static int parse_table(const char *path, const json_t *root, uint32_t rank, uint
 
 /* ------------------------------------------------------------- rendezvous */
 
-typedef struct {
+/* Rank 0's server: it hands the root info to every rank that connects until it is stopped
+ * (hccl_rank_table_stop, once rank 0's initialisation has ended either way) or its deadline
+ * passes.  It is stopped, never left behind: a server outliving a failed attempt would keep the
+ * socket's name and hand the next attempt's ranks a root info nobody serves any more. */
+struct rank_table_server {
+    pthread_t thread;
     int listener;
-    uint32_t clients;
+    int wake[2];            /* a byte on wake[1] stops the thread */
     int64_t deadline;
     rootinfo_wire_t wire;
-} server_t;
+};
 
 static void *serve(void *arg)
 {
-    server_t *server = arg;
-    for (uint32_t served = 0; served < server->clients;) {
+    rank_table_server_t *server = arg;
+    for (;;) {
         int64_t left = server->deadline - sim_now_ns();
         if (left <= 0)
             break;
-        struct pollfd pfd = {server->listener, POLLIN, 0};
-        if (poll(&pfd, 1, (int)SIM_MIN(left / SIM_NS_PER_MS + 1, 1000)) <= 0)
+        struct pollfd pfd[2] = {{server->listener, POLLIN, 0}, {server->wake[0], POLLIN, 0}};
+        if (poll(pfd, 2, (int)SIM_MIN(left / SIM_NS_PER_MS + 1, 1000)) <= 0)
             continue;
+        if (pfd[1].revents != 0)
+            break;
         int client = accept4(server->listener, NULL, NULL, SOCK_CLOEXEC);
         if (client < 0)
             continue;
-        if (write(client, &server->wire, sizeof server->wire) == (ssize_t)sizeof server->wire)
-            served++;
+        /* Best effort: a client that gets nothing connects again. */
+        ssize_t written = write(client, &server->wire, sizeof server->wire);
+        (void)written;
         close(client);
     }
-    close(server->listener);
-    free(server);
     return NULL;
 }
 
@@ -423,62 +431,83 @@ static void socket_name(const char *path, const char *data, size_t size, struct 
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-static int lead(const struct sockaddr_un *addr, socklen_t len, uint32_t nranks, int64_t deadline,
-                rootinfo_wire_t *wire)
+static int lead(const hccl_rank_table_t *table, int64_t deadline, rootinfo_wire_t *wire,
+                rank_table_server_t **out)
 {
     int err = hccl_get_root_info(wire);
-    if (err != HCCL_SUCCESS || nranks == 1)
+    if (err != HCCL_SUCCESS || table->nranks == 1)
         return err;
     int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listener < 0)
-        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
-    /* The server of the previous communicator made from this table closes its
-     * socket once its last client is served, a moment after that client
-     * returned: a name still in use is retried briefly before it is an error. */
+    if (listener < 0) {
+        err = hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
+        hccl_root_info_abandon(wire, HCCL_E_REMOTE, "rank 0 of the rank table could not serve the root info");
+        return err;
+    }
+    /* The server of the previous communicator made from this table is stopped before its rank 0
+     * returns, but that rank 0 may be another process still on its way out: a name still in use
+     * is retried briefly before it is an error. */
     int64_t retry_until = SIM_MIN(deadline, sim_now_ns() + 2 * SIM_NS_PER_S);
     int bound;
-    while ((bound = bind(listener, (const struct sockaddr *)addr, len)) != 0 && errno == EADDRINUSE &&
-           sim_now_ns() < retry_until)
+    while ((bound = bind(listener, (const struct sockaddr *)&table->addr, table->addr_len)) != 0 &&
+           errno == EADDRINUSE && sim_now_ns() < retry_until)
         usleep(2000);
     if (bound != 0 || listen(listener, 128) != 0) {
         int saved = errno;
         close(listener);
         if (saved == EADDRINUSE)
-            return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: another communicator is being created from the "
-                              "same rank table right now (two rank 0s?)");
-        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot listen for the other ranks: %s",
-                          strerror(saved));
+            err = hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: another communicator is being created from the "
+                             "same rank table right now (two rank 0s?)");
+        else
+            err = hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot listen for the other ranks: %s",
+                             strerror(saved));
+        hccl_root_info_abandon(wire, HCCL_E_REMOTE, "rank 0 of the rank table could not serve the root info");
+        return err;
     }
-    server_t *server = calloc(1, sizeof *server);
-    pthread_t thread;
-    if (server == NULL) {
+    rank_table_server_t *server = calloc(1, sizeof *server);
+    if (server == NULL || pipe2(server->wake, O_CLOEXEC) != 0) {
+        free(server);
         close(listener);
-        return hccl_error(HCCL_E_MEMORY, "out of host memory");
+        err = hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot start the rendezvous server");
+        hccl_root_info_abandon(wire, HCCL_E_REMOTE, "rank 0 of the rank table could not serve the root info");
+        return err;
     }
     server->listener = listener;
-    server->clients = nranks - 1;
     server->deadline = deadline;
     server->wire = *wire;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    err = pthread_create(&thread, &attr, serve, server);
-    pthread_attr_destroy(&attr);
-    if (err != 0) {
-        close(listener);
+    if (pthread_create(&server->thread, NULL, serve, server) != 0) {
+        close(server->wake[0]);
+        close(server->wake[1]);
         free(server);
-        return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot start the rendezvous thread");
+        close(listener);
+        err = hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: cannot start the rendezvous thread");
+        hccl_root_info_abandon(wire, HCCL_E_REMOTE, "rank 0 of the rank table could not serve the root info");
+        return err;
     }
+    *out = server;
     return HCCL_SUCCESS;
 }
 
-static int follow(const struct sockaddr_un *addr, socklen_t len, int64_t deadline, rootinfo_wire_t *wire)
+void hccl_rank_table_stop(rank_table_server_t *server)
+{
+    if (server == NULL)
+        return;
+    char byte = 1;
+    ssize_t written = write(server->wake[1], &byte, 1);
+    (void)written;
+    pthread_join(server->thread, NULL);
+    close(server->listener);
+    close(server->wake[0]);
+    close(server->wake[1]);
+    free(server);
+}
+
+static int follow(const hccl_rank_table_t *table, int64_t deadline, rootinfo_wire_t *wire)
 {
     for (;;) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return hccl_error(HCCL_E_SYSCALL, "HcclCommInitClusterInfo: socket failed: %s", strerror(errno));
-        if (connect(fd, (const struct sockaddr *)addr, len) == 0) {
+        if (connect(fd, (const struct sockaddr *)&table->addr, table->addr_len) == 0) {
             struct timeval tv = {5, 0};
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
             size_t got = 0;
@@ -501,8 +530,7 @@ static int follow(const struct sockaddr_un *addr, socklen_t len, int64_t deadlin
     }
 }
 
-int hccl_rank_table_rendezvous(const char *path, uint32_t rank, uint32_t *nranks, int *device, char *node,
-                               size_t node_len, rootinfo_wire_t *wire)
+int hccl_rank_table_read(const char *path, uint32_t rank, hccl_rank_table_t *table)
 {
     if (strlen(path) >= 4096)
         return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table path is longer than 4095 bytes");
@@ -521,18 +549,23 @@ int hccl_rank_table_rendezvous(const char *path, uint32_t rank, uint32_t *nranks
         return hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: the rank table '%s' is not valid JSON (%s at byte "
                           "%ld)", path, ps.error[0] ? ps.error : "trailing data", at);
     }
+    memset(table, 0, sizeof *table);
     long table_device = -1;
-    err = parse_table(path, root, rank, nranks, &table_device, node, node_len);
+    err = parse_table(path, root, rank, &table->nranks, &table_device, table->node, sizeof table->node);
     json_free(root);
     if (err == HCCL_SUCCESS) {
-        *device = (int)table_device;
-        struct sockaddr_un addr;
-        socklen_t len;
-        socket_name(path, data, size, &addr, &len);
-        double seconds = sim_env_seconds("HCCL_CONNECT_TIMEOUT", 120.0);
-        int64_t deadline = sim_now_ns() + (int64_t)(seconds * 1e9);
-        err = rank == 0 ? lead(&addr, len, *nranks, deadline, wire) : follow(&addr, len, deadline, wire);
+        table->device = (int)table_device;
+        socket_name(path, data, size, &table->addr, &table->addr_len);
     }
     free(data);
     return err;
+}
+
+int hccl_rank_table_rendezvous(const hccl_rank_table_t *table, uint32_t rank, rootinfo_wire_t *wire,
+                               rank_table_server_t **server)
+{
+    *server = NULL;
+    double seconds = sim_env_seconds("HCCL_CONNECT_TIMEOUT", 120.0);
+    int64_t deadline = sim_now_ns() + (int64_t)(seconds * 1e9);
+    return rank == 0 ? lead(table, deadline, wire, server) : follow(table, deadline, wire);
 }
