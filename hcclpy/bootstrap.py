@@ -225,8 +225,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
         :class:`CommConfig` or dict for the communicator.
     timeout
         Seconds to wait for the root info to reach every rank (rank 0 starting, the other ranks
-        joining its rendezvous or reading ``store_path``); forming the communicator afterwards is
-        bounded by ``HCCL_CONNECT_TIMEOUT``.
+        joining its rendezvous or reading ``store_path``); rank 0 waits at most
+        ``HCCL_CONNECT_TIMEOUT`` too, after which HCCL gives up on a root info nobody joined.
+        Forming the communicator afterwards is bounded by ``HCCL_CONNECT_TIMEOUT``.
     rank_table
         Path of a rank-table file; default ``RANK_TABLE_FILE`` when it names an existing file and
         the job has more than one rank (its rank count must be the world size).
@@ -334,17 +335,28 @@ def _rank_table_size(path: str) -> Optional[int]:
         return None
 
 
+def _connect_timeout() -> float:
+    """``HCCL_CONNECT_TIMEOUT`` in seconds (HCCL's default, 120, when unset or not a number)."""
+    try:
+        return max(float(os.environ.get("HCCL_CONNECT_TIMEOUT", "")), 1.0)
+    except ValueError:
+        return 120.0
+
+
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
     token = job_token(launch.master_addr, launch.master_port, launch.job_id)
     if rank == 0:
         info = RootInfo.generate(dev)
-        server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), timeout)
+        # HCCL gives up on a root info nobody joins within HCCL_CONNECT_TIMEOUT: waiting longer for
+        # the ranks to fetch it would only end in that error.
+        limit = min(timeout, _connect_timeout())
+        server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), limit)
         try:
-            # Within ``timeout``: forming the communicator would wait HCCL_CONNECT_TIMEOUT for them.
             missing = server.wait()
             if missing:
                 raise CommTimeoutError(f"rank(s) {missing} did not reach the rendezvous on "
-                                       f"{launch.master_addr}:{launch.master_port} within {timeout:g} s")
+                                       f"{launch.master_addr}:{launch.master_port} within {limit:g} s (the "
+                                       "shorter of init()'s timeout and HCCL_CONNECT_TIMEOUT)")
             return Communicator(world_size, info, 0, config=config, device=dev)
         finally:
             server.close()
