@@ -77,6 +77,9 @@ _AMBIGUOUS_NAMES = {"float": "float32 in torch, float64 in NumPy", "int": "int32
 _RESOLVED: Dict[Any, DataType] = {}
 
 
+_SUPPORTED = ", ".join(sorted({d.name.lower() for d in DataType}))
+
+
 def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
     """Resolve ``value`` (a DataType, int, name, NumPy/ml_dtypes dtype or torch dtype) to a DataType.
 
@@ -93,6 +96,8 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
         hashable = False
     if isinstance(value, DataType):
         return value
+    if value is None:  # NumPy would read it as float64
+        raise TypeError(f"{argument}=None is not a data type; name one (supported: {_SUPPORTED})")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         try:
             return DataType(int(value))
@@ -110,8 +115,7 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
                     _RESOLVED.clear()
                 _RESOLVED[value] = _BY_NAME[name]
             return _BY_NAME[name]
-    supported = ", ".join(sorted({d.name.lower() for d in DataType}))
-    raise TypeError(f"{argument}={value!r} is not a data type HCCL supports (supported: {supported})")
+    raise TypeError(f"{argument}={value!r} is not a data type HCCL supports (supported: {_SUPPORTED})")
 
 
 def _refuse_foreign_byte_order(value: Any, argument: str) -> None:

@@ -289,6 +289,11 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
          ValueError, "^recv must be contiguous"),
         ("tensor dtype", lambda: cm.broadcast(FakeTensor(f32.ptr, 8, dtype="complex64", index=me)), TypeError,
          r"^buf.dtype=.* is not a data type"),
+        ("tensor numel negative", lambda: cm.broadcast(FakeTensor(f32.ptr, -1, index=me)), ValueError,
+         r"^buf.numel\(\) is -1; it must be an int in \[0, 2\*\*64\)"),
+        ("tensor numel float", lambda: cm.broadcast(FakeTensor(f32.ptr, 2.0, index=me)), ValueError, r"^buf.numel\(\)"),
+        ("tensor without a device", lambda: cm.broadcast(SimpleNamespace(data_ptr=lambda: f32.ptr, numel=lambda: 8)),
+         TypeError, r"^buf \(SimpleNamespace\) has data_ptr\(\) and numel\(\) but no device, dtype, is_contiguous"),
         ("dlpack cpu", lambda: cm.broadcast(FakeDLPack(host.ctypes.data, (8,), device_type=DL_CPU)), TypeError,
          "^buf is a FakeDLPack in host memory"),
         ("dlpack strided", lambda: cm.broadcast(FakeDLPack(big.ptr, (4, 4), strides=(8, 1), device_id=me)),
@@ -480,6 +485,11 @@ def test_runtime_factory_arguments() -> None:
          "^stream is on device 1 but this array is on device 0"),
         ("event on another device's stream", lambda: hcclpy.Device(0).create_event().record(
             hcclpy.Device(1).create_stream()), ValueError, "^stream is on device 1 but the event was created on device 0"),
+        ("dtype None", lambda: hcclpy.empty(2, None), TypeError, "^dtype=None is not a data type"),
+        ("stream handle beyond 64 bits", lambda: hcclpy.Stream.from_handle(2**64 + 8, device=0), ValueError,
+         r"^handle=\d+ must be a non-zero aclrtStream address \(an int below 2\*\*64\)"),
+        ("stream handle of no device", lambda: hcclpy.Stream.from_handle(8, device=hcclpy.device_count()),
+         ValueError, "^device=.* is out of range"),
     ]
     failures = _run_matrix(cases)
     assert not failures, "\n".join(failures)

@@ -494,3 +494,48 @@ def test_collected_communicator_warns_and_is_not_destroyed() -> None:
     text = _ffi.new("char[]", 128)
     assert bound.HcclGetCommName(raw, text) == 0 and _ffi.string(text) == name
     assert bound.HcclCommDestroy(raw) == 0  # clean up by hand
+
+
+def test_a_group_keeps_its_buffers_until_it_has_run() -> None:
+    """Inside hcclpy.group() the operations are not on their streams yet: a synchronisation, a
+    query or many held buffers there must not let go of them (their memory would be reused)."""
+    comms = hcclpy.Communicator.init_all([0, 1])
+    streams = [c.device.create_stream() for c in comms]
+    try:
+        with hcclpy.group():
+            for r, c in enumerate(comms):
+                for _ in range(3):  # temporaries: only the streams hold them
+                    c.all_reduce(hcclpy.from_numpy(np.full(4096, r + 1.0, np.float32), device=c.device),
+                                 hcclpy.zeros(4096, "float32", device=c.device), stream=streams[r])
+                streams[r].synchronize()
+                streams[r].query()
+            gc.collect()
+            canaries = [hcclpy.from_numpy(np.full(4096, 7.0, np.float32), device=c.device)
+                        for c in comms for _ in range(6)]
+            assert all(len(s._held) == 6 for s in streams)
+        for s in streams:
+            s.synchronize()
+        assert all((c.to_numpy() == 7.0).all() for c in canaries), "a group's operation wrote into freed memory"
+        assert all(len(s._held) == 0 for s in streams)
+    finally:
+        for s in streams:
+            s.close()
+        for c in comms:
+            c.destroy()
+
+
+def test_a_refused_device_block_leaves_the_outer_ones_intact() -> None:
+    def body() -> List[Any]:
+        hcclpy.Device(0).set_current()
+        with hcclpy.Device(1):
+            with pytest.raises(ValueError, match="out of range"):
+                with hcclpy.Device(hcclpy.device_count()):
+                    pass
+            inner = hcclpy.Device.current()
+        return [inner, hcclpy.Device.current()]
+
+    out: List[Any] = []
+    thread = threading.Thread(target=lambda: out.extend(body()))  # a thread of its own: its own device stack
+    thread.start()
+    thread.join(60)
+    assert out == [hcclpy.Device(1), hcclpy.Device(0)]

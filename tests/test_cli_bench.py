@@ -51,8 +51,10 @@ def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
     assert report["redop"] == ("max" if reduces else "none") and report["root"] == (2 if rooted else -1)
     factor = 4 / 3 if operation == "all_reduce" else 1 if operation in ("reduce", "broadcast", "send_recv") else 2 / 3
     for row in report["rows"]:
-        # the printed size is the whole buffer for gathers and scatters: a multiple of the ranks' blocks
-        assert row["size"] == row["count"] * 2 and (not whole or row["count"] % 3 == 0)
+        # nccl-tests' columns: the count is each rank's (for gathers and scatters its block, aligned
+        # down to 16 bytes), the size the whole buffer
+        assert row["size"] == row["count"] * 2 * (3 if whole else 1)
+        assert not whole or row["count"] * 2 % 16 == 0
         for placement in ("out_of_place", "in_place"):
             cell = row[placement]
             if cell is None:
@@ -205,6 +207,36 @@ def test_wrong_results_are_counted() -> None:
         case.fill(in_place=False)
         assert case.wrong(in_place=False) == 16 - int(np.count_nonzero(np.arange(16) % 5 == 0))
         case.close()
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 5, 8])
+def test_the_check_patterns_tell_apart_what_they_must(nranks: int) -> None:
+    from hcclpy.bench.cases import _combine, _pattern
+
+    count = 1000
+    moved = [_pattern(r, count, None, nranks) for r in range(nranks)]
+    # Data that only moves differs between any two ranks at every position: an all-to-all that
+    # moved nothing is caught whatever the block size.
+    assert all((moved[r] != moved[j]).all() for r in range(nranks) for j in range(r))
+    inputs = [_pattern(r, count, ReduceOp.PROD, nranks) for r in range(nranks)]
+    product = _combine(inputs, ReduceOp.PROD)
+    assert (product != _combine(inputs, ReduceOp.MAX)).all() and (product != _combine(inputs, ReduceOp.MIN)).all()
+    assert (product != _combine(inputs, ReduceOp.SUM)).mean() >= 0.5
+    assert product.max() <= 127 and max(m.max() for m in moved) <= 127  # exact in int8
+
+
+def _in_place_gather_starts_clean(rank: int, size: int, info: bytes) -> List[float]:
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        case = make_case("all_gather", comm, 64 * size, DataType.FP32, ReduceOp.SUM, 0)
+        case.recv.copy_from(np.full(case.recv.size, 9.0, np.float32))  # a result left by the call before
+        case.fill(in_place=True)
+        others = np.delete(case.recv.to_numpy(), np.s_[rank * case.block:(rank + 1) * case.block])
+        case.close()
+        return sorted(set(others.tolist()))
+
+
+def test_the_in_place_all_gather_check_does_not_see_the_call_before() -> None:
+    assert ranks.run_threads(_in_place_gather_starts_clean, 2, timeout=60) == [[0.0], [0.0]]
 
 
 def test_sizes_and_iterations() -> None:

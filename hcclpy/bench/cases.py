@@ -62,11 +62,19 @@ def _raw(array: DeviceArray) -> DeviceArray:
     return array.view(DataType.UINT16) if array.dtype == DataType.BFP16 else array
 
 
-def _pattern(rank: int, count: int, op: ReduceOp, nranks: int) -> np.ndarray:
-    """Rank ``rank``'s input: small integers whose reduction over ranks stays exact in int8."""
+def _pattern(rank: int, count: int, op: Optional[ReduceOp], nranks: int) -> np.ndarray:
+    """Rank ``rank``'s input: small integers whose reduction over ranks stays exact in int8, and
+    that tell the reduce operations apart (and, for operations that only move data, the ranks)."""
     index = np.arange(count)
-    if op == ReduceOp.PROD:  # one rank contributes 2 at each position, the others 1
-        return np.where(index % nranks == rank, 2.0, 1.0)
+    if op is None:
+        # rank + nranks * (position mod m): values from different ranks differ at every position,
+        # so data that stayed where it was (an all-to-all that moved nothing) is always caught.
+        return (rank + nranks * (index % max(120 // nranks, 1))).astype(np.float64)
+    if op == ReduceOp.PROD:
+        # Two ranks contribute more than 1 at each position: 2 or 3 (by position) and 2. Their
+        # product (4 or 6) differs from the max, the min and, at half the positions at least, the sum.
+        first, second = index % nranks == rank, (index + 1) % nranks == rank
+        return np.where(first, 2.0 + index % 2, np.where(second & (nranks > 1), 2.0, 1.0))
     if op in (ReduceOp.MAX, ReduceOp.MIN):
         return ((3 * rank + index) % 11).astype(np.float64)
     return ((rank + index) % 5).astype(np.float64)
@@ -91,10 +99,14 @@ class Case:
         self.op = op if reduces else None
         self.root = root if rooted else -1
         n = comm.size
-        per_rank_bytes = nbytes // n if whole else nbytes
-        self.block = max(per_rank_bytes // dtype.itemsize, 0)  # elements each rank contributes
-        self.count = self.block * n if whole else self.block  # the elements nccl-tests prints
-        self.nbytes = self.count * dtype.itemsize
+        if whole:  # nccl-tests: the size is the whole buffer, each rank's block aligned down to 16 bytes
+            align = max(16 // dtype.itemsize, 1)
+            self.block = nbytes // n // dtype.itemsize // align * align
+            self.nbytes = self.block * n * dtype.itemsize
+        else:
+            self.block = nbytes // dtype.itemsize
+            self.nbytes = self.block * dtype.itemsize
+        self.count = self.block  # the elements nccl-tests prints: each rank's
         self.factor = factor(n)
         # The uneven forms move what their even forms do.
         self._even = operation.removesuffix("_vc").removesuffix("_v")
@@ -154,6 +166,7 @@ class Case:
         """Write this rank's inputs (into the buffer the in-place call reads)."""
         rank, block = self.comm.rank, self.block
         if self.operation == "all_gather" and in_place:
+            self.recv.fill_zero()  # else the out-of-place call's result would pass for this one's
             _raw(self.recv[rank * block:(rank + 1) * block]).copy_from(_values(self.dtype, self._input(rank)))
             return
         _raw(self.send).copy_from(_values(self.dtype, self._input(rank)))
@@ -161,7 +174,7 @@ class Case:
 
     def _input(self, rank: int) -> np.ndarray:
         size = self.block if self.operation == "all_gather" else self.send.size
-        return _pattern(rank, size, self.op or ReduceOp.SUM, self._ranks)
+        return _pattern(rank, size, self.op, self._ranks)
 
     def wrong(self, in_place: bool) -> int:
         """Elements of this rank's output that differ from the expected result (after ``fill``,

@@ -70,15 +70,27 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
 
 
 def _from_tensor(buf: Any, argument: str) -> Buffer:
+    missing = [name for name in ("device", "dtype", "is_contiguous") if not hasattr(buf, name)]
+    if missing:
+        raise TypeError(f"{argument} ({type(buf).__name__}) has data_ptr() and numel() but no {', '.join(missing)}: "
+                        "a tensor needs all of them")
     device = buf.device
-    if getattr(device, "type", "cpu") == "cpu":
+    # torch's device objects have .type ("npu", "cpu"); a bare string such as "npu:0" is read alike.
+    kind, _, index = (device.partition(":") if isinstance(device, str)
+                      else (getattr(device, "type", "cpu"), "", getattr(device, "index", None)))
+    if kind == "cpu":
         raise _host_error(argument, "a CPU tensor")
     if not buf.is_contiguous():
         raise ValueError(f"{argument} must be contiguous (call .contiguous() first)")
     dtype_name = str(buf.dtype)
     dt = DataType.UINT8 if dtype_name == "torch.bool" else as_datatype(buf.dtype, argument=f"{argument}.dtype")
-    address = int(buf.data_ptr())
-    return _buffer(_ffi.cast("void *", address), address, int(buf.numel()), dt, getattr(device, "index", None), buf)
+    address, count = buf.data_ptr(), buf.numel()
+    for name, value in (("data_ptr()", address), ("numel()", count)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
+            raise ValueError(f"{argument}.{name} is {value!r}; it must be an int in [0, 2**64)")
+    device_id = int(index) if isinstance(index, (int, np.integer)) or (isinstance(index, str) and index.isdigit()) \
+        else None
+    return _buffer(_ffi.cast("void *", int(address)), int(address), int(count), dt, device_id, buf)
 
 
 def _from_dlpack(buf: Any, argument: str) -> Buffer:

@@ -33,6 +33,7 @@ from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import DeviceArray, Stream
 from ..runtime._memory import CLOSES as _closes
+from ..runtime import _stream as _stream_module
 from ..runtime._stream import HOLD_CHECK as _HOLD_CHECK
 from ..types import ReduceOp, as_reduce_op
 from ._buffers import Buffer, resolve
@@ -1152,6 +1153,7 @@ class _GroupState(threading.local):
 
 
 _group = _GroupState()
+_groups_lock = threading.Lock()
 
 
 def group_active() -> bool:
@@ -1185,11 +1187,15 @@ def group() -> Iterator[None]:
     if not group_active():
         _group.pending = []
     _group.depth += 1
+    with _groups_lock:
+        _stream_module.groups_open += 1  # streams hold every buffer until the group ends
     try:
         yield
     finally:
         _group.depth -= 1
         rc = bound.HcclGroupEnd()
+        with _groups_lock:
+            _stream_module.groups_open -= 1
         if _group.depth == 0:
             pending, _group.pending = _group.pending, []
             for callback in pending:

@@ -44,6 +44,9 @@ class Device:
     ``Device(i)`` is cheap and returns the same object for the same id. It holds no per-thread state:
     :meth:`set_current` (or ``with device:``) changes the *calling thread's* current device, which is
     what allocations and new streams use. Each thread that works with a device must make it current.
+    A ``with`` block restores the device that was current before it; on a thread that had none,
+    the block's device stays current (AscendCL cannot make a thread deviceless again), and so do
+    the methods that need their device current (:meth:`memory_info`, :meth:`create_stream`, ...).
 
     Examples
     --------
@@ -111,8 +114,9 @@ class Device:
 
     def __enter__(self) -> "Device":
         stack: List[Optional[int]] = self._local.__dict__.setdefault("stack", [])
-        stack.append(current_device_id())
-        self.set_current()
+        previous = current_device_id()
+        self.set_current()  # may refuse the id: only then is there an __exit__ to undo it
+        stack.append(previous)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import _ffi, _trace
 from ._device import Device
 from ._lifetime import attach, close_now
+from . import _stream
 from ._stream import _timeout_ms
 
 if TYPE_CHECKING:
@@ -88,7 +89,9 @@ class Event:
                              f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
-        self._recorded = (stream._progress, upto)
+        # Inside a group, operations queued before the record go on the stream after it, when the
+        # group ends: the event's completion says nothing about them.
+        self._recorded = None if _stream.groups_open else (stream._progress, upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.

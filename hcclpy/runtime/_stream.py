@@ -18,6 +18,13 @@ _sealing = threading.RLock()  # guards every stream's sealed segments (rarely ta
 _now = _trace.now
 
 
+# How many hcclpy.group() blocks are open in the process (the collectives keep it). While one is,
+# the operations it collected are not on their streams yet (HCCL queues them at HcclGroupEnd): a
+# stream found idle says nothing about them, so no stream lets go of held buffers or marks work
+# complete until every group has ended.
+groups_open = 0
+
+
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
     if timeout is None or timeout == math.inf:
         return -1
@@ -98,9 +105,13 @@ class Stream:
         --------
         >>> s = hcclpy.Stream.from_handle(torch.npu.current_stream().npu_stream, device=0)
         """
-        if isinstance(handle, bool) or not isinstance(handle, int) or handle <= 0:
-            raise ValueError(f"handle={handle!r} must be a non-zero aclrtStream address (int)")
-        return cls._wrap(handle, Device(device), owned=False, owner=owner)
+        if isinstance(handle, bool) or not isinstance(handle, int) or not 0 < handle < 2**64:
+            raise ValueError(f"handle={handle!r} must be a non-zero aclrtStream address (an int below 2**64)")
+        dev = Device(device)
+        count = dev.count()
+        if dev.id >= count:
+            raise ValueError(f"device={dev.id} is out of range: {count} device(s) are visible (0..{count - 1})")
+        return cls._wrap(handle, dev, owned=False, owner=owner)
 
     @property
     def handle(self) -> int:
@@ -150,7 +161,7 @@ class Stream:
             # After the swap: an operation whose buffers are in the segment was queued before its
             # thread read self._held, so before this mark.
             self._sealed.append((_now(), segment))  # before the query, which may raise
-            if not self.query():  # (a drained stream lets go of everything)
+            if not self.query() and not groups_open:  # (a drained stream lets go of everything)
                 done = self._progress[0]
                 self._sealed = [s for s in self._sealed if s[0] >= done]  # a mark equal to done may be later
 
@@ -187,6 +198,8 @@ class Stream:
             upto = _now()
             rc = self._sync(self._ptr_cdata)
             if not rc:
+                if groups_open:  # see groups_open
+                    return
                 progress = self._progress
                 if upto > progress[0]:
                     progress[0] = upto
@@ -212,8 +225,9 @@ class Stream:
             if rc != AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
                 _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, name)
-        _trace.completed(self._progress, upto)
-        self._let_go(held, count, upto)
+        if not groups_open:  # see groups_open
+            _trace.completed(self._progress, upto)
+            self._let_go(held, count, upto)
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
@@ -227,8 +241,9 @@ class Stream:
         if rc:
             _trace.failed(self._progress, upto)
             raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
-        _trace.completed(self._progress, upto)
-        self._let_go(held, count, upto)
+        if not groups_open:  # see groups_open
+            _trace.completed(self._progress, upto)
+            self._let_go(held, count, upto)
         return True
 
     def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
