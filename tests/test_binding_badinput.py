@@ -401,7 +401,7 @@ def test_communicator_arguments() -> None:
         ("device out of range", lambda: hcclpy.Communicator(1, info, 0, device=hcclpy.device_count()), ValueError,
          "^device=.* is out of range"),
         ("device negative", lambda: hcclpy.Communicator(1, info, 0, device=-2), ValueError, "^device=-2"),
-        ("device str", lambda: hcclpy.Communicator(1, info, 0, device="npu:0"), TypeError, "^device must be"),
+        ("device str", lambda: hcclpy.Communicator(1, info, 0, device="npu:0"), TypeError, "^device=.* must be an int device id"),
     ]
     failures = _run_matrix(cases)
     assert not failures, "\n".join(failures)
@@ -611,3 +611,22 @@ def test_dlpack_strides_of_size_one_dimensions_are_ignored() -> None:
     finally:
         s.close()
         comm.destroy()
+
+
+def test_runtime_objects_take_numpy_scalars_and_refuse_what_cannot_work() -> None:
+    assert hcclpy.Device(np.int64(1)) is hcclpy.Device(1)
+    stream = hcclpy.Device(0).create_stream()
+    stream.synchronize(timeout=np.float32(0.5))  # a NumPy number of seconds is a number of seconds
+    with pytest.raises(TypeError, match="^timing='no' must be True or False"):
+        hcclpy.Device(0).create_event(timing="no")
+    events = [hcclpy.Device(d).create_event() for d in (0, 1)]
+    for event in events:
+        event.record()
+        event.synchronize()
+    with pytest.raises(ValueError, match="^elapsed_time needs two events of one device"):
+        events[0].elapsed_time(events[1])
+    stream.close()
+    with pytest.raises(ValueError, match="closed Stream"):
+        stream.record()  # refused before an event is made for it
+    for event in events:
+        event.close()

@@ -6,6 +6,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from .. import _ffi
 
 if TYPE_CHECKING:
@@ -65,8 +67,10 @@ class Device:
     def __new__(cls, device_id: int = 0) -> "Device":
         if isinstance(device_id, Device):
             return device_id
+        if isinstance(device_id, np.integer):
+            device_id = int(device_id)
         if not isinstance(device_id, int) or isinstance(device_id, bool):
-            raise TypeError(f"device must be an int device id, got {type(device_id).__name__}")
+            raise TypeError(f"device={device_id!r} must be an int device id, got {type(device_id).__name__}")
         if device_id < 0:
             raise ValueError(f"device={device_id} is negative; device ids start at 0")
         with cls._lock:
@@ -146,6 +150,9 @@ class Device:
     def create_event(self, *, timing: bool = True) -> "Event":
         """A new event on this device; ``timing=False`` events cannot measure elapsed time."""
         from ._event import Event
+
+        if not isinstance(timing, bool):
+            raise TypeError(f"timing={timing!r} must be True or False")
 
         return Event._create(self, timing)
 

@@ -90,8 +90,8 @@ class Event:
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
         # Inside a group, operations queued before the record go on the stream after it, when the
-        # group ends: the event's completion says nothing about them.
-        self._recorded = None if _stream.groups_open else (stream._progress, upto)
+        # group ends: the event's completion says nothing about them (mark 0 marks nothing).
+        self._recorded = (stream._progress, 0 if _stream.groups_open else upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.
@@ -137,6 +137,8 @@ class Event:
             raise TypeError(f"end must be an hcclpy.Event, got {type(end).__name__}")
         if not (self._timing and end._timing):
             raise ValueError("elapsed_time needs two events created with timing=True")
+        if self._device is not end._device:
+            raise ValueError(f"elapsed_time needs two events of one device, got {self._device!r} and {end._device!r}")
         start_cdata, end_cdata = self._cdata(), end._cdata()  # (closed events are refused first)
         unrecorded = [name for name, event in (("the start event", self), ("end", end)) if event._recorded is None]
         if unrecorded:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -29,7 +30,7 @@ def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
     if timeout is None or timeout == math.inf:
         return -1
     # "not timeout >= 0" refuses NaN too, which every comparison calls false.
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
         raise ValueError(f"{argument}={timeout!r} must be None (no limit) or a number of seconds >= 0")
     return min(int(timeout * 1000 + 0.5), 2**31 - 1)
 
@@ -258,6 +259,7 @@ class Stream:
         """Record ``event`` (a new timing event if None) at the current end of this stream."""
         from ._event import Event
 
+        self._check_open()  # before an event is made for nothing
         if event is None:
             event = Event._create(self._device, True)
         elif not isinstance(event, Event):
