@@ -401,7 +401,8 @@ def test_communicator_arguments() -> None:
         ("device out of range", lambda: hcclpy.Communicator(1, info, 0, device=hcclpy.device_count()), ValueError,
          "^device=.* is out of range"),
         ("device negative", lambda: hcclpy.Communicator(1, info, 0, device=-2), ValueError, "^device=-2"),
-        ("device str", lambda: hcclpy.Communicator(1, info, 0, device="npu:0"), TypeError, "^device=.* must be an int device id"),
+        ("device str", lambda: hcclpy.Communicator(1, info, 0, device="npu:0"), TypeError,
+         "^device=.* must be an int device id"),
     ]
     failures = _run_matrix(cases)
     assert not failures, "\n".join(failures)
