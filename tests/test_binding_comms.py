@@ -520,18 +520,24 @@ def test_comm_config_refuses_unknown_attributes() -> None:
 # ------------------------------------------------------------------------ destroy(timeout=)
 
 def _stuck_then_destroyed(rank: int, size: int, info: bytes, on_user_stream: bool, directory: str) -> Dict[str, Any]:
-    """Rank 0 queues an all_reduce rank 1 never joins and destroys with a timeout; rank 1 then
-    finds its communicator broken by another rank. (Processes: the aborted all_reduce fails its
+    """Rank 0 queues an all_reduce rank 1 does not join in time and destroys with a timeout; rank
+    1's late all_reduce then fails as a remote error. (Processes: the aborted all_reduce fails its
     stream for good, which must not be another test's default stream.)"""
     # exec_timeout=0: no limit, so only destroy's own timeout can end rank 0's all_reduce.
     comm = hcclpy.Communicator(size, info, rank, device=rank, config={"exec_timeout": 0})
     destroyed = Path(directory) / "destroyed"
-    if rank == 1:  # alive, but never joins rank 0's all_reduce
+    if rank == 1:  # alive, but joins rank 0's all_reduce only once rank 0 has given up on it
         deadline = time.monotonic() + 60
         while not destroyed.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        error = comm.async_error()
-        comm.destroy()
+        stream = comm.device.create_stream()
+        try:
+            comm.all_reduce(hcclpy.zeros(4, "float32", device=comm.device), stream=stream)
+            stream.synchronize(timeout=30)
+            error: Any = None
+        except hcclpy.HcclpyError as exc:
+            error = exc
+        comm.destroy(timeout=5)
         return {"error": type(error).__name__, "remote": isinstance(error, hcclpy.RemoteRankError)}
     stream = comm.device.create_stream() if on_user_stream else comm.device.default_stream
     comm.all_reduce(hcclpy.zeros(4, "float32", device=comm.device), stream=stream)
