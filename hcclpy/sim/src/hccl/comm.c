@@ -451,6 +451,16 @@ static void segment_vabort(seg_header_t *header, int32_t rank, HcclResult code, 
     header_wake(header);
 }
 
+/* Why the communicator broke. The rank whose failure won writes the text just after the code, so
+ * a reader that sees the code may be a moment early: it waits for the text (briefly: the writer
+ * is between two stores). */
+const char *hccl_abort_text(seg_header_t *header)
+{
+    for (int i = 0; i < 1000 && !atomic_load(&header->abort_text_ready); i++)
+        usleep(100);
+    return atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)";
+}
+
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...)
 {
     va_list ap;
@@ -512,12 +522,12 @@ int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api)
     if (broken == HCCL_SUCCESS)
         return HCCL_SUCCESS;
     seg_header_t *header = comm->header;
+    const char *why = hccl_abort_text(header); /* first: the failing rank is written with it */
     /* Another rank's failure is a remote error here (as for operations in flight). */
     if (broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)comm->rank)
         broken = HCCL_E_REMOTE;
     return hccl_error(broken, "%s: communicator '%s' has failed (rank %d: %s); destroy it and create a new one", api,
-                      comm->name, (int)header->abort_rank,
-                      atomic_load(&header->abort_text_ready) ? header->abort_text : "no details");
+                      comm->name, (int)header->abort_rank, why);
 }
 
 /* Why the segment a root info names cannot be used any more. */
@@ -613,7 +623,7 @@ static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32
             return hccl_error(HCCL_E_TIMEOUT, "timed out waiting for the communicator's first rank to set it up");
         if (atomic_load(&header->abort_code) != HCCL_SUCCESS)
             return hccl_error(HCCL_E_REMOTE, "communicator initialisation failed on another rank: %s",
-                              atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
+                              hccl_abort_text(header));
         if (sim_backoff_step(&backoff))
             usleep(100);
     }
@@ -1372,9 +1382,9 @@ HCCL_API HcclResult HcclGetCommAsyncError(HcclComm handle, HcclResult *asyncErro
         seg_header_t *header = comm->header;
         /* Another rank's failure is a remote error on this one, as for its operations
          * (hccl_comm_check_usable): not, say, HCCL_E_SUSPENDING for a rank that is not suspended. */
+        const char *why = hccl_abort_text(header); /* first: the failing rank is written with it */
         code = broken != HCCL_E_TIMEOUT && header->abort_rank != (int32_t)comm->rank ? HCCL_E_REMOTE : broken;
-        hccl_error(code, "communicator '%s' failed on rank %d: %s", comm->name, (int)header->abort_rank,
-                   atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
+        hccl_error(code, "communicator '%s' failed on rank %d: %s", comm->name, (int)header->abort_rank, why);
     } else if (code != HCCL_SUCCESS) {
         hccl_error(code, "%s", comm->async_text);
     }

@@ -734,10 +734,11 @@ static int check_health(op_task_t *op)
     hccl_comm_t *comm = op->comm;
     seg_header_t *header = comm->header;
     HcclResult broken = hccl_comm_broken(comm);
-    if (broken != HCCL_SUCCESS)
+    if (broken != HCCL_SUCCESS) {
+        const char *why = hccl_abort_text(header); /* first: the failing rank is written with it */
         return hccl_error(broken == HCCL_E_TIMEOUT ? HCCL_E_TIMEOUT : HCCL_E_REMOTE,
-                          "rank %d failed first: %s", (int)header->abort_rank,
-                          atomic_load(&header->abort_text_ready) ? header->abort_text : "(no details)");
+                          "rank %d failed first: %s", (int)header->abort_rank, why);
+    }
     for (uint32_t r = 0; r < comm->nranks; r++) {
         if (!op->started || !waiting_on(op, r))
             continue;

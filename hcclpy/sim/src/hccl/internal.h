@@ -208,6 +208,7 @@ void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) S
 /* The same, recording rank `rank` as the one that broke it. */
 void hccl_comm_abort_as(hccl_comm_t *comm, uint32_t rank, HcclResult code, const char *fmt, ...) SIM_PRINTF(4, 5);
 HcclResult hccl_comm_broken(const hccl_comm_t *comm);
+const char *hccl_abort_text(seg_header_t *header);
 /* HCCL_SUCCESS while the communicator works; once it is broken, the code a call on this rank
  * reports for that (another rank's failure is HCCL_E_REMOTE here, a timeout stays a timeout),
  * recorded with "<api>: communicator '<name>' has failed (rank R: why); destroy it ...". */
