@@ -327,3 +327,23 @@ def mismatch(name: str, got: np.ndarray, want: np.ndarray) -> Optional[str]:
         return None
     with np.printoptions(threshold=40, edgeitems=8):
         return f"{name}: got {got.dtype}{got.shape} {got!r}, want {want.dtype}{want.shape} {want!r}"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves behind, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()

@@ -10,9 +10,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 import pytest
@@ -282,16 +281,6 @@ def test_hccl_test_table_follows_the_nccl_tests_one() -> None:
 
 # ------------------------------------------------------------------------------- signals, -g N
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves behind, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _descendants(pid: int) -> List[int]:
     """The running processes under ``pid`` (children, grandchildren...), from /proc."""
     parents = {}
@@ -307,7 +296,7 @@ def _descendants(pid: int) -> List[int]:
         children = [child for child, parent in parents.items() if parent in frontier]
         found += children
         frontier = children
-    return [child for child in found if _alive(child)]
+    return [child for child in found if ranks.process_alive(child)]
 
 
 def _read(path: str) -> str:
@@ -328,15 +317,6 @@ def _measuring_ranks(pids: List[int]) -> List[int]:
     return [pid for pid in pids if "bench" in _cmdline(pid) and "libhccl" in _read(f"/proc/{pid}/maps")]
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
 def _start_long_bench(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:
     """``hcclpy bench -g 2`` with calls enough for hours, once both ranks measure; with the pids
     of the launcher it started and of the ranks."""
@@ -344,7 +324,8 @@ def _start_long_bench(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "hcclpy", "bench", "all_reduce", "-g", "2", "-b", "8", "-e", "8",
                                  "-n", "50000000"], stdout=out, stderr=err, env=env, start_new_session=True)
-    ok = _wait_for(lambda: len(_measuring_ranks(_descendants(proc.pid))) == 2 or proc.poll() is not None)
+    ok = ranks.wait_for(lambda: len(_measuring_ranks(_descendants(proc.pid))) == 2 or proc.poll() is not None,
+                        60)
     pids = _descendants(proc.pid)
     if not ok or proc.poll() is not None:
         _kill(proc, pids)
@@ -357,7 +338,7 @@ def _kill(proc: subprocess.Popen, pids: List[int]) -> None:
     proc.kill()
     proc.wait(timeout=TIMEOUT)
     for pid in pids:
-        if _alive(pid) and "hcclpy" in _cmdline(pid):
+        if ranks.process_alive(pid) and "hcclpy" in _cmdline(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -371,8 +352,8 @@ def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
         proc.send_signal(signum)
         proc.wait(timeout=TIMEOUT)
         assert proc.returncode == 128 + signum, (tmp_path / "err").read_text()
-        assert _wait_for(lambda: not any(_alive(pid) for pid in pids), 30), \
-            f"left running: {[_cmdline(pid) for pid in pids if _alive(pid)]}"
+        assert ranks.wait_for(lambda: not any(ranks.process_alive(pid) for pid in pids), 30), \
+            f"left running: {[_cmdline(pid) for pid in pids if ranks.process_alive(pid)]}"
         assert "Traceback" not in (tmp_path / "err").read_text(), (tmp_path / "err").read_text()
     finally:
         _kill(proc, pids)
@@ -385,8 +366,8 @@ def test_the_ranks_of_g_die_with_a_killed_bench(tmp_path: Path) -> None:
     try:
         proc.kill()  # SIGKILL: bench cannot forward anything
         proc.wait(timeout=TIMEOUT)
-        assert _wait_for(lambda: not any(_alive(pid) for pid in pids), 30), \
-            f"left running: {[_cmdline(pid) for pid in pids if _alive(pid)]}"
+        assert ranks.wait_for(lambda: not any(ranks.process_alive(pid) for pid in pids), 30), \
+            f"left running: {[_cmdline(pid) for pid in pids if ranks.process_alive(pid)]}"
     finally:
         _kill(proc, pids)
 
@@ -400,7 +381,7 @@ def test_a_launcher_that_ignores_the_signal_is_killed(tmp_path: Path, monkeypatc
                        f"open({str(ready)!r}, 'w').close(); time.sleep(120)")
     relaunch.start([sys.executable, "-c", ignores_sigterm])
     try:
-        assert _wait_for(ready.exists), "the launcher did not start"
+        assert ranks.wait_for(ready.exists, 60), "the launcher did not start"
         relaunch.on_signal(signal.SIGTERM, None)
         assert relaunch.wait() == 128 + signal.SIGTERM
         assert relaunch.proc.returncode == -signal.SIGKILL

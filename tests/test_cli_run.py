@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
+import ranks
+
 from hcclpy.cli import main
 from hcclpy.cli.run import FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, rank_environment
 
@@ -56,27 +58,8 @@ def script(tmp_path: Path, body: str, name: str = "rank.py") -> str:
     return str(path)
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves behind, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_for(condition, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 def wait_for_files(paths: Sequence[Path], timeout: float = 30.0) -> None:
-    assert wait_for(lambda: all(p.exists() for p in paths), timeout), \
+    assert ranks.wait_for(lambda: all(p.exists() for p in paths), timeout), \
         f"ranks did not start: missing {[str(p) for p in paths if not p.exists()]}"
 
 
@@ -257,7 +240,7 @@ def test_failing_rank_stops_the_others_and_sets_the_exit_code(tmp_path):
     for rank in (0, 2):
         pids = [int(p) for p in (tmp_path / f"pid.{rank}").read_text().split()]
         # The rank and the process it started: SIGTERM goes to the rank's whole process group.
-        assert wait_for(lambda pids=pids: not any(alive(pid) for pid in pids), 10), \
+        assert ranks.wait_for(lambda pids=pids: not any(ranks.process_alive(pid) for pid in pids), 10), \
             f"rank {rank} left processes behind"
 
 
@@ -364,7 +347,8 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
         pids = [int((tmp_path / f"ready.{r}").read_text()) for r in range(2)]
         launcher.kill()  # SIGKILL: the launcher cannot forward anything
         launcher.communicate(timeout=TIMEOUT)
-        assert wait_for(lambda: not any(alive(pid) for pid in pids), 10), "ranks outlived the launcher"
+        assert ranks.wait_for(lambda: not any(ranks.process_alive(pid) for pid in pids), 10), \
+            "ranks outlived the launcher"
     finally:
         launcher.kill()
 
@@ -382,7 +366,7 @@ def kill_leftovers(pids: Sequence[int], name: str) -> None:
     for pid in pids:
         try:
             with open(f"/proc/{pid}/comm") as handle:
-                if handle.read().strip() != name or not alive(pid):
+                if handle.read().strip() != name or not ranks.process_alive(pid):
                     continue
             os.kill(pid, signal.SIGKILL)
         except (FileNotFoundError, ProcessLookupError):
@@ -401,7 +385,7 @@ def test_processes_started_by_ranks_that_succeed_are_stopped(tmp_path):
         pids = helper_pids(result.stdout)
         assert result.returncode == 0, result.stderr
         assert len(pids) == 2, result.stdout
-        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+        assert [pid for pid in pids if ranks.process_alive(pid)] == [], "the ranks' helpers outlived the job"
     finally:
         kill_leftovers(pids, "sleep")
 
@@ -430,7 +414,7 @@ def test_processes_started_by_a_failed_rank_are_stopped(tmp_path):
         assert result.returncode == 3, result.stderr
         assert "rank 0 exited with code 3" in result.stderr
         assert len(pids) == 2, result.stdout
-        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+        assert [pid for pid in pids if ranks.process_alive(pid)] == [], "the ranks' helpers outlived the job"
     finally:
         kill_leftovers(pids, "sleep")
 
@@ -455,7 +439,7 @@ def test_processes_started_by_ranks_are_stopped_with_the_launcher(tmp_path):
         pids = helper_pids(stdout)
         assert launcher.returncode == 128 + signal.SIGTERM, stderr
         assert len(pids) == 2, stdout
-        assert [pid for pid in pids if alive(pid)] == [], "the ranks' helpers outlived the job"
+        assert [pid for pid in pids if ranks.process_alive(pid)] == [], "the ranks' helpers outlived the job"
     finally:
         launcher.kill()
         kill_leftovers(pids, "sleep")
@@ -480,7 +464,7 @@ def test_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
         pids = helper_pids(result.stdout)
         assert result.returncode == 0, result.stderr
         assert "processes of rank(s) 0 still running after 1 s; sending SIGKILL" in result.stderr
-        assert len(pids) == 1 and not alive(pids[0]), "the helper outlived the job"
+        assert len(pids) == 1 and not ranks.process_alive(pids[0]), "the helper outlived the job"
     finally:
         kill_leftovers(pids, "python")
 
@@ -502,7 +486,7 @@ def test_process_writing_without_end_does_not_hold_the_launcher(tmp_path, code):
                                 capture_output=True, timeout=TIMEOUT)
         pids = [int(pid_file.read_text())]
         assert result.returncode == code, result.stderr
-        assert not alive(pids[0]), "the writer outlived the job"
+        assert not ranks.process_alive(pids[0]), "the writer outlived the job"
     finally:
         kill_leftovers(pids, "yes")
 
