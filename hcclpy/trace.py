@@ -2,17 +2,17 @@
 each got — for finding out, when a job stalls, which rank was doing what.
 
 Every operation hcclpy queues is recorded in a bounded ring (``HCCLPY_TRACE_SIZE`` operations,
-default 1024; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator,
-the operation, count, data type, reduce op or root or peer, the communicator's name, instance and
-rank, the stream and the time it was queued. Collectives are numbered 1, 2, ... in the order the
-rank issued them, so the same collective has the same number on every rank (the number the
-simulator's messages give); sends, receives and batches of them are numbered apart, per rank,
-since ranks legitimately issue different ones. Communicators that share a name (one destroyed and
-another created under its name, say) are told apart by their *instance*: the k-th communicator of
-that name (and size) created for that rank in the process. Its state comes from what the process
-has seen since: a stream synchronisation, a stream query or an event that completed marks
-everything queued before it as *completed* (at that time at the latest), a synchronisation that
-failed marks it *failed*, and the rest is *pending* (queued or running).
+default 1024; ``HCCLPY_TRACE=0`` turns recording off): its sequence number in its communicator, the
+operation, count, data type, reduce op or root or peer, the communicator's name, instance and rank,
+the stream and the time it was queued. Collectives are numbered 1, 2, ... in the order the rank
+issued them, so the same collective has the same number on every rank; sends, receives and batches
+of them are numbered apart, per rank, since ranks legitimately issue different ones. The
+simulator's messages use the same numbers (``all_reduce #3``, ``send p2p #2``). Communicators that
+share a name (one destroyed and another created under its name, say) are told apart by their
+*instance*: the k-th communicator of that name (and size) created for that rank in the process. Its
+state comes from what the process has seen since: a stream synchronisation, a stream query or an
+event that completed marks everything queued before it as *completed* (at that time at the latest),
+a synchronisation that failed marks it *failed*, and the rest is *pending* (queued or running).
 
 :func:`dump` writes the records as JSON and as a Chrome trace (``chrome://tracing``, Perfetto).
 With ``HCCLPY_TRACE_DIR`` set, every process dumps into that directory by itself (at most once a

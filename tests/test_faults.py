@@ -166,3 +166,40 @@ def test_abort_of_a_destroyed_communicator_is_refused() -> None:
     comm.destroy()
     with pytest.raises(ValueError, match="destroyed"):
         comm.abort()
+
+
+_LATE_CALL_SEEN = threading.Event()
+
+
+def _late_call(rank: int, size: int, info: bytes, kind: str) -> Dict[str, Any]:
+    """Both ranks make one collective and one send/recv pair; then rank 0 alone makes one more
+    ``kind`` call, which times out, while rank 1 keeps the communicator until rank 0 has seen it."""
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
+        stream = comm.device.create_stream()
+        x = hcclpy.from_numpy(np.ones(4, np.float32), device=rank)
+        comm.all_reduce(x, stream=stream)
+        (comm.send if rank == 0 else comm.recv)(x, 1 - rank, stream=stream)
+        stream.synchronize()
+        if rank == 1:
+            assert _LATE_CALL_SEEN.wait(60), "rank 0 never saw its late call fail"
+            return {}
+        try:
+            (comm.all_reduce(x, stream=stream) if kind == "collective" else comm.send(x, 1, stream=stream))
+            with pytest.raises(hcclpy.CommTimeoutError) as failure:
+                stream.synchronize(timeout=30)
+        finally:
+            _LATE_CALL_SEEN.set()
+        late = hcclpy.trace.records(comm)[-1]
+        return {"message": str(failure.value), "label": hcclpy.trace.label(late)}
+
+
+@pytest.mark.parametrize("kind", ["collective", "p2p"])
+@pytest.mark.timeout(120)
+def test_a_timeout_names_the_operation_by_its_flight_recorder_number(kind: str) -> None:
+    """The simulator numbers collectives apart from point-to-point calls, as the flight recorder
+    does, so the number in a timeout is the one ``hcclpy trace`` shows."""
+    _LATE_CALL_SEEN.clear()
+    first, _ = ranks.run_threads(_late_call, 2, kind, timeout=90)
+    expected = "all_reduce #2" if kind == "collective" else "send p2p #2"
+    assert f"{expected} timed out after 1 s" in first["message"], first
+    assert first["label"].startswith("#2 all_reduce" if kind == "collective" else "p2p #2 send"), first

@@ -674,6 +674,21 @@ static const char *api_name(uint32_t type)
     }
 }
 
+/* How messages name an operation: "all_reduce #3", or "send p2p #2" (point-to-point calls are
+ * numbered apart from the collectives, as hcclpy's flight recorder numbers them). */
+typedef struct {
+    char text[48];
+} op_label_t;
+
+static op_label_t op_label(const op_task_t *op)
+{
+    op_label_t label;
+    bool collective = hccl_cmd_is_collective(op->type);
+    snprintf(label.text, sizeof label.text, "%s %s#%llu", hccl_cmd_name(op->type), collective ? "" : "p2p ",
+             (unsigned long long)(collective ? op->cseq : op->pseq));
+    return label;
+}
+
 /* Ends a failed operation: the communicator is broken on every rank, the
  * reason is kept for HcclGetCommAsyncError, and the stream fails. */
 static int fail(op_task_t *op, int code)
@@ -747,17 +762,17 @@ static int check_health(op_task_t *op)
             /* Recorded as rank r's failure, as a suspension that stops r's own operation is: r's
              * HcclCommResume and later calls report HCCL_E_SUSPENDING, the others HCCL_E_REMOTE. */
             hccl_comm_abort_as(comm, r, HCCL_E_SUSPENDING, "rank %u suspended communicator '%s' (HcclCommSuspend) "
-                               "while rank %u was waiting for it in %s #%llu", r, comm->name, comm->rank,
-                               hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+                               "while rank %u was waiting for it in %s", r, comm->name, comm->rank,
+                               op_label(op).text);
             return hccl_error(HCCL_E_REMOTE, "rank %u suspended the communicator (HcclCommSuspend) while rank %u "
-                              "was in %s #%llu", r, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+                              "was in %s", r, comm->rank, op_label(op).text);
         }
         if (atomic_load(&slot->state) == SLOT_LEFT)
-            return hccl_error(HCCL_E_REMOTE, "rank %u destroyed the communicator while rank %u was in %s #%llu",
-                              r, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+            return hccl_error(HCCL_E_REMOTE, "rank %u destroyed the communicator while rank %u was in %s",
+                              r, comm->rank, op_label(op).text);
         if (!sim_process_alive(slot->pid, slot->start_time))
-            return hccl_error(HCCL_E_REMOTE, "rank %u (pid %d) died while rank %u was in %s #%llu", r,
-                              (int)slot->pid, comm->rank, hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+            return hccl_error(HCCL_E_REMOTE, "rank %u (pid %d) died while rank %u was in %s", r,
+                              (int)slot->pid, comm->rank, op_label(op).text);
     }
     return HCCL_SUCCESS;
 }
@@ -784,9 +799,9 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
         if (rc != STEP_BLOCKED)
             return fail(op, rc);
         if (atomic_load(&comm->suspended))
-            return fail(op, hccl_error(HCCL_E_SUSPENDING, "%s #%llu on rank %u of '%s' was stopped by "
-                                       "HcclCommSuspend (communicator aborted)", hccl_cmd_name(op->type),
-                                       (unsigned long long)op->lseq, comm->rank, comm->name));
+            return fail(op, hccl_error(HCCL_E_SUSPENDING, "%s on rank %u of '%s' was stopped by "
+                                       "HcclCommSuspend (communicator aborted)", op_label(op).text,
+                                       comm->rank, comm->name));
         if (hccl_comm_broken(comm) != HCCL_SUCCESS)
             return fail(op, check_health(op));
         int64_t now = sim_now_ns();
@@ -798,8 +813,8 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
             char waiting[256];
             describe_wait(op, waiting, sizeof waiting);
             double seconds = (double)comm->exec_timeout_ns / 1e9;
-            return fail(op, hccl_error(HCCL_E_TIMEOUT, "%s #%llu timed out after %.3g s (HCCL_EXEC_TIMEOUT / "
-                                       "hcclExecTimeOut): %s", hccl_cmd_name(op->type), (unsigned long long)op->lseq,
+            return fail(op, hccl_error(HCCL_E_TIMEOUT, "%s timed out after %.3g s (HCCL_EXEC_TIMEOUT / "
+                                       "hcclExecTimeOut): %s", op_label(op).text,
                                        seconds, waiting));
         }
         if (now > next_health) {
@@ -844,7 +859,7 @@ void hccl_op_cancel(sim_task_t *task)
 {
     op_task_t *op = (op_task_t *)task;
     hccl_comm_t *comm = op->comm;
-    hccl_error(HCCL_E_REMOTE, "rank %u skipped %s #%llu because its stream had already failed", comm->rank,
-               hccl_cmd_name(op->type), (unsigned long long)op->lseq);
+    hccl_error(HCCL_E_REMOTE, "rank %u skipped %s because its stream had already failed", comm->rank,
+               op_label(op).text);
     fail(op, HCCL_E_REMOTE);
 }

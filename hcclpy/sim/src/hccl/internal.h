@@ -160,6 +160,7 @@ typedef struct hccl_comm {
     pthread_mutex_t lock;           /* sequence numbers and enqueue order */
     uint64_t next_lseq;             /* local order of every operation */
     uint64_t next_cseq;             /* collectives, matched across ranks */
+    _Atomic uint64_t next_pseq;     /* point-to-point calls, in the order they were made */
     _Atomic uint64_t lseq_done;
     uint64_t *send_seq, *recv_seq;  /* point-to-point, per peer */
     _Atomic int pending;
@@ -271,7 +272,8 @@ struct op_task {
     sim_stream_t *stream;
     void *stream_handle;    /* to check at HcclGroupEnd that the stream still exists */
     uint32_t type;          /* HcclCMDType */
-    uint64_t lseq, cseq;
+    uint64_t lseq, cseq, pseq;  /* messages number collectives by cseq and point-to-point calls by
+                                 * pseq, as hcclpy's flight recorder does */
 
     void *send, *recv;
     uint64_t send_offset, recv_offset; /* in this rank's arena; UINT64_MAX = none */

@@ -66,6 +66,8 @@ void hccl_op_submit(op_task_t *op)
 
 static int dispatch(op_task_t *op)
 {
+    if (!hccl_cmd_is_collective(op->type))
+        op->pseq = atomic_fetch_add(&op->comm->next_pseq, 1) + 1;
     if (hccl_group_active())
         return hccl_group_add_op(op);
     hccl_op_submit(op);
