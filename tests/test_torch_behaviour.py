@@ -251,6 +251,9 @@ def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
         lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
         lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG),
         lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex64).real, op=dist.ReduceOp.MAX),
+        lambda: dist.reduce(torch.ones(2, dtype=torch.complex64), 0, op=dist.ReduceOp.MAX),
+        lambda: dist.reduce_scatter_tensor(torch.empty(1, dtype=torch.complex128), torch.ones(2, dtype=torch.complex128),
+                                           op=dist.ReduceOp.PRODUCT),
         lambda: dist.all_reduce(torch.ones(4, 4).t()),
         lambda: dist.recv(torch.ones(2)),
         lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(3), torch.ones(3)]),
@@ -278,6 +281,8 @@ def test_unsupported_combinations_are_refused_before_they_run(tmp_path: Any) -> 
     out = ranks.run_processes(_refusals, 2, str(tmp_path), timeout=90)
     messages = out[0]
     expected = ["ReduceOp.BAND", "ReduceOp.AVG needs a floating-point tensor", "non-contiguous",
+                "reduce with ReduceOp.MAX is not supported on complex tensors (torch.complex64)",
+                "reduce_scatter_tensor with ReduceOp.PRODUCT is not supported on complex tensors",
                 "non-contiguous", "recv without a source rank", "blocks", "equal blocks", "split sizes"]
     assert len(messages) == len(expected) + 1, messages
     for message, fragment in zip(messages, expected):

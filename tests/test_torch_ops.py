@@ -19,6 +19,8 @@ import torch_ranks as tr  # noqa: E402
 
 REDUCE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64,
                  torch.uint8, torch.bool)
+COMPLEX_DTYPES = (torch.complex64, torch.complex128)
+COMPLEX_REDUCTIONS = ("SUM", "AVG")  # gloo and the hcclpy backend refuse PRODUCT, MIN and MAX on complex
 MOVE_DTYPES = (torch.float32, torch.int64, torch.bool, torch.complex64, torch.int8, torch.float16, torch.bfloat16)
 
 
@@ -69,6 +71,14 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
                 dist.reduce(got, root, op=op)
                 if rank == root:
                     out.append(tr.mismatch(f"reduce {name} root {root}", got, want))
+            for dtype in COMPLEX_DTYPES:  # summed as pairs of reals, as gloo does
+                for name in COMPLEX_REDUCTIONS:
+                    x = tr.data(rank, (5,), dtype, seed=root)
+                    want, got = x.clone(), x.clone()
+                    dist.reduce(want, root, op=getattr(dist.ReduceOp, name), group=gloo)
+                    dist.reduce(got, root, op=getattr(dist.ReduceOp, name))
+                    if rank == root:
+                        out.append(tr.mismatch(f"reduce {dtype} {name} root {root}", got, want))
         return out
 
     def gathers() -> List[Optional[str]]:
@@ -103,8 +113,10 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
 
     def reduce_scatters() -> List[Optional[str]]:
         out = []
-        for dtype in (torch.float32, torch.int32, torch.bfloat16, torch.bool):
-            for name, op in tr.REDUCTIONS.items():
+        plain = [(dtype, tuple(tr.REDUCTIONS)) for dtype in (torch.float32, torch.int32, torch.bfloat16, torch.bool)]
+        for dtype, names in plain + [(dtype, COMPLEX_REDUCTIONS) for dtype in COMPLEX_DTYPES]:
+            for name in names:
+                op = getattr(dist.ReduceOp, name)
                 blocks = [tr.data(rank, (4,), dtype, seed=10 + b, small=name == "PRODUCT") for b in range(size)]
                 every = [tr.everyone(b, gloo) for b in blocks]
                 want = tr.reduced(every[rank], name)
@@ -125,6 +137,11 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
         dist.reduce_scatter(got, blocks)
         want = torch.full((rank + 1,), float(sum(r + rank for r in range(size))))
         out.append(tr.mismatch("uneven reduce_scatter", got, want))
+        blocks = [torch.full((b + 1,), complex(rank, b)) for b in range(size)]
+        got = torch.empty(rank + 1, dtype=torch.complex64)
+        dist.reduce_scatter(got, blocks)
+        want = torch.full((rank + 1,), complex(sum(range(size)), size * rank), dtype=torch.complex64)
+        out.append(tr.mismatch("uneven reduce_scatter complex64", got, want))
         return out
 
     def all_to_alls() -> List[Optional[str]]:

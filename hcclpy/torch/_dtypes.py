@@ -4,7 +4,8 @@ Data movement (broadcast, gathers, all-to-all, send/recv) works on any dtype: ty
 moved as themselves, the others (bool, complex, float8, ...) as their bytes. Reductions need an HCCL
 type that reduces; as torch_npu does, bool and uint8 tensors are reduced as int32 (bool SUM becomes
 MAX, bool PRODUCT becomes MIN: logical or / and), AVG is SUM followed by a division and PREMUL_SUM
-multiplies the input by its factor first.
+multiplies the input by its factor first. Complex tensors are summed as pairs of real numbers, as
+gloo does; their PRODUCT, MIN and MAX are refused.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _REDUCED_NAMES = ", ".join(str(t).replace("torch.", "") for t in _HCCL_TYPES if 
 _RED = dist.ReduceOp.RedOpType
 _DIRECT = {_RED.SUM: ReduceOp.SUM, _RED.PRODUCT: ReduceOp.PROD, _RED.MAX: ReduceOp.MAX, _RED.MIN: ReduceOp.MIN,
            _RED.AVG: ReduceOp.SUM, _RED.PREMUL_SUM: ReduceOp.SUM}
+_SUMMING = (_RED.SUM, _RED.AVG, _RED.PREMUL_SUM)
 _ON_BOOL = {_RED.SUM: ReduceOp.MAX, _RED.PRODUCT: ReduceOp.MIN, _RED.MAX: ReduceOp.MAX, _RED.MIN: ReduceOp.MIN}
 
 
@@ -50,6 +52,7 @@ class Reduction(NamedTuple):
     widen: Optional[torch.dtype]  # reduce a copy of this dtype (int32) and copy the result back
     divide: bool                  # AVG: divide the result by the group size
     factor: Any                   # PREMUL_SUM: multiply the input by this first (a number or a tensor)
+    unit: int = 1                 # elements of ``dtype`` per tensor element: 2 for complex (real, imaginary)
 
 
 def reduction(reduce_op: Any, tensor_dtype: torch.dtype, operation: str) -> Reduction:
@@ -78,6 +81,13 @@ def _plan(reduce_op: Any, kind: Any, tensor_dtype: torch.dtype, operation: str) 
     if kind not in _DIRECT:
         raise ValueError(f"{operation} with ReduceOp.{name} is not supported by the hcclpy backend: HCCL reduces "
                          "with SUM, PRODUCT, MIN and MAX (and AVG, PREMUL_SUM on floating-point tensors)")
+    if tensor_dtype.is_complex:
+        if kind not in _SUMMING:
+            raise ValueError(f"{operation} with ReduceOp.{name} is not supported on complex tensors ({tensor_dtype}): "
+                             "they reduce with SUM, AVG and PREMUL_SUM only")
+        parts = _HCCL_TYPES[tensor_dtype.to_real()]
+        return Reduction(ReduceOp.SUM, parts, None, kind == _RED.AVG, reduce_op.factor if kind == _RED.PREMUL_SUM
+                         else None, 2)
     floating = tensor_dtype.is_floating_point
     if kind in (_RED.AVG, _RED.PREMUL_SUM) and not floating:
         raise ValueError(f"{operation} with ReduceOp.{name} needs a floating-point tensor, got {tensor_dtype}")

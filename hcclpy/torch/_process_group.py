@@ -260,11 +260,11 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         comm = self._comm
         work = self._reduction_input(tensor, plan)
         if root is None:
-            transport.elementwise(work, work, plan.dtype, work.numel(),
+            transport.elementwise(work, work, plan.dtype, work.numel() * plan.unit,
                                   lambda s, r, st: collectives.all_reduce(comm, s, None, plan.op, stream=st))
         else:
             is_root = root == self.rank()
-            transport.elementwise(work, work if is_root else None, plan.dtype, work.numel(),
+            transport.elementwise(work, work if is_root else None, plan.dtype, work.numel() * plan.unit,
                                   lambda s, r, st: collectives.reduce(comm, s, r, plan.op, root, stream=st))
             if not is_root:
                 return
@@ -304,6 +304,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             raise ValueError(f"{operation}: the input must hold {self.size()} blocks with this rank's block "
                              f"({output.numel()} elements) the size of the output; got blocks of {counts}")
         comm = self._comm
+        counts = [count * plan.unit for count in counts]
         if len(set(counts)) == 1:
             def launch(s: Any, r: Any, st: Any) -> Any:
                 return collectives.reduce_scatter(comm, s, r, plan.op, stream=st)
@@ -314,7 +315,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         def body(transport: Any) -> None:
             inputs = [self._reduction_input(s, plan) for s in sources]
             result = output if plan.widen is None else torch.empty_like(output, dtype=plan.widen)
-            transport.whole(inputs, sum(counts), [result], output.numel(), plan.dtype, launch)
+            transport.whole(inputs, sum(counts), [result], output.numel() * plan.unit, plan.dtype, launch)
             self._reduction_output(output, result, plan)
         return body
 
