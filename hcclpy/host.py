@@ -24,9 +24,13 @@ The other operations copy the whole array in and out with synchronous copies (in
 with the staging device made current for them): before CANN 8.1, an asynchronous copy from host
 memory ``aclrtMallocHost`` did not allocate may fail unpredictably.
 
-Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``); an input that is not
-C-contiguous, or not in the machine's byte order, is copied to one that is first (the result is in
-the machine's order); ``out`` must be a writable, C-contiguous array of the result's dtype and size.
+Rules: any HCCL data type is accepted (bfloat16 through ``ml_dtypes``). complex64 and complex128
+arrays travel as pairs of float32 / float64 and reduce with sum only. Arrays of any other dtype of
+fixed size (bool, datetime64, strings, structured dtypes...) are moved as bytes, and cannot be
+reduced; dtypes that hold Python objects are refused. Counts and displacements are in elements of
+the array's dtype, and results keep it. An input that is not C-contiguous, or not in the machine's
+byte order, is copied to one that is first (the result is in the machine's order); ``out`` must be
+a writable, C-contiguous array of the result's dtype and size.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -45,12 +49,12 @@ from ._comm_core import CommCore
 from ._units import parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
 from .errors import AclError
-from .types import DataType, ReduceOp, as_datatype
+from .types import DataType, ReduceOp, _refuse_foreign_byte_order, as_datatype, as_reduce_op
 
 __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
-    "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "release", "scatter",
-    "send", "staged", "staged_batch", "staged_elementwise",
+    "batch_send_recv", "broadcast", "carrier_type", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "release",
+    "scatter", "send", "staged", "staged_batch", "staged_elementwise",
 ]
 
 
@@ -214,7 +218,115 @@ def release(comm: CommCore) -> None:
             state.close()
 
 
-def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
+# ------------------------------------------------------------------------ how dtypes travel
+# HCCL knows twelve data types. Arrays of other dtypes travel as one of them: a complex number as
+# its real and imaginary parts (the parts of a sum are the sums of the parts, so sum reduces them),
+# any other element of fixed size as its bytes (which only move). The device operations count in
+# elements of that carrier type: an array's element is ``per_element`` of them.
+
+
+class _Carrier(NamedTuple):
+    """How the elements of a NumPy dtype travel through HCCL."""
+
+    dtype: DataType  # the HCCL type that carries them
+    per_element: int  # how many of those make one element of the array
+    ops: FrozenSet[ReduceOp]  # the reduce operations that give the right result on them
+
+
+# NumPy dtypes that are HCCL types: the one lookup a call on them makes (as_datatype's own cache
+# would cost a function call more). Every other dtype takes _carrier(), which fills this.
+_HCCL_TYPES: Dict[np.dtype, DataType] = {}
+_CARRIERS: Dict[np.dtype, _Carrier] = {}  # every dtype _carrier() has resolved
+_COMPLEX_PARTS = {8: DataType.FP32, 16: DataType.FP64}  # complex64 and complex128, by itemsize
+_ALL_OPS, _SUM_ONLY = frozenset(ReduceOp), frozenset({ReduceOp.SUM})
+_REDUCIBLE = ("int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64 and bfloat16 "
+              "(HCCL's types), and complex64 and complex128 with sum")
+
+
+def _carrier(dtype: np.dtype, argument: str) -> _Carrier:
+    """How elements of ``dtype`` (of ``argument``) travel; remembered per dtype.
+
+    Raises TypeError for the dtypes that cannot travel: those holding Python objects, elements of
+    no bytes, and dtypes in the other byte order (callers convert inputs; targets are refused)."""
+    carrier = _CARRIERS.get(dtype)
+    if carrier is not None:
+        return carrier
+    if dtype.hasobject:
+        raise TypeError(f"{argument}.dtype is {dtype}, which holds Python objects: the array holds pointers to "
+                        "them, which mean nothing in another process; convert it to a dtype of fixed size first")
+    if dtype.itemsize == 0:
+        raise TypeError(f"{argument}.dtype is {dtype}, whose elements have no bytes: there is nothing to move")
+    _refuse_foreign_byte_order(dtype, argument + ".dtype")
+    if len(_CARRIERS) >= 256:  # structured dtypes are countless: keep the caches small
+        _CARRIERS.clear()
+        _HCCL_TYPES.clear()
+    try:
+        hccl = as_datatype(dtype)
+    except TypeError:  # no HCCL type of its own
+        parts = _COMPLEX_PARTS.get(dtype.itemsize) if dtype.kind == "c" else None
+        carrier = (_Carrier(parts, 2, _SUM_ONLY) if parts is not None
+                   else _Carrier(DataType.UINT8, dtype.itemsize, frozenset()))
+    else:
+        carrier = _Carrier(hccl, 1, _ALL_OPS)
+        _HCCL_TYPES[dtype] = hccl
+    _CARRIERS[dtype] = carrier
+    return carrier
+
+
+def _carried(dtype: np.dtype, argument: str, reduction: Optional[str] = None,
+             op: Any = None) -> Tuple[DataType, int]:
+    """The HCCL type that carries ``dtype`` (of ``argument``) and how many of its elements make one
+    of ``dtype``. With ``reduction``, the name of a reducing operation, and its ``op``: refused
+    unless that reduces ``dtype`` right."""
+    hccl = _HCCL_TYPES.get(dtype)
+    if hccl is not None:  # HCCL types: nothing to check
+        return hccl, 1
+    carrier = _carrier(dtype, argument)
+    if reduction is not None:
+        _refuse_reduction(carrier, dtype, reduction, op)
+    return carrier.dtype, carrier.per_element
+
+
+def _refuse_reduction(carrier: _Carrier, dtype: np.dtype, reduction: str, op: Any) -> None:
+    """Raise unless ``op`` reduces arrays of ``dtype`` right: ValueError for an op complex numbers
+    lack, TypeError for a dtype moved as bytes (any sum of its bytes would be garbage)."""
+    reduce_op = as_reduce_op(op)
+    if reduce_op in carrier.ops:
+        return
+    if carrier.ops:
+        raise ValueError(f"{reduction} with op={reduce_op.name.lower()} is not supported on {dtype} arrays: "
+                         "complex arrays reduce with sum only")
+    raise TypeError(f"{reduction} cannot reduce {dtype} arrays, which travel as bytes: the dtypes that reduce are "
+                    f"{_REDUCIBLE}")
+
+
+def carrier_type(dtype: Any, op: Any = None) -> Optional[DataType]:
+    """The HCCL type that runs an operation on NumPy arrays of ``dtype``: the dtype's own, float32
+    or float64 for complex64 or complex128, uint8 for dtypes moved as bytes. None when the NumPy
+    path refuses the call (it says why itself, before any C call). The simulator's product
+    profiles check this type.
+
+    Parameters
+    ----------
+    dtype
+        The array's dtype; one in the other byte order is taken in the machine's, as inputs are
+        converted to it.
+    op
+        The reduce operation of a reduction; None for the operations that move data.
+    """
+    dtype = np.dtype(dtype)
+    native = dtype if dtype.isnative else dtype.newbyteorder("=")
+    reduction = None if op is None else "reduction"  # a name for refusals, which this turns into None
+    try:
+        return _carried(native, "array", reduction, op)[0]
+    except (TypeError, ValueError):
+        return None
+
+
+def _input(array: Any, argument: str, reduction: Optional[str] = None,
+           op: Any = None) -> Tuple[np.ndarray, DataType, int]:
+    """``array`` ready to stage, the HCCL type it travels as and how many of those make one of its
+    elements (with ``reduction`` and ``op``, checked as :func:`_carried` says)."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
     # Documented rule: an input that is not C-contiguous, or not in the machine's byte order, is
@@ -223,7 +335,10 @@ def _input(array: Any, argument: str) -> Tuple[np.ndarray, DataType]:
         array = array.astype(array.dtype.newbyteorder("="), order="C")
     elif not array.flags.c_contiguous:
         array = array.copy(order="C")
-    return array, as_datatype(array.dtype, argument=argument + ".dtype")
+    dtype = _HCCL_TYPES.get(array.dtype)
+    if dtype is not None:  # _carried's first step, written out: the hottest path saves a call
+        return array, dtype, 1
+    return (array, *_carried(array.dtype, argument, reduction, op))
 
 
 def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, argument: str = "out",
@@ -257,11 +372,11 @@ def _unaliased(source: np.ndarray, result: Optional[np.ndarray]) -> np.ndarray:
     return source.copy()
 
 
-def _target(array: Any, argument: str) -> np.ndarray:
-    """An array received into in place."""
+def _target(array: Any, argument: str) -> Tuple[np.ndarray, DataType, int]:
+    """An array received into in place, its carrier type and how many of those make one element."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
-    return _output(array, array.shape, array.dtype, argument)
+    return (_output(array, array.shape, array.dtype, argument), *_carried(array.dtype, argument))
 
 
 def _flat(array: np.ndarray) -> np.ndarray:
@@ -520,20 +635,20 @@ def staged_batch(comm: CommCore, items: Sequence[Tuple[str, int, int, DataType, 
 
 def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, op: Any = ReduceOp.SUM) -> np.ndarray:
     """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array", "all_reduce", op)
     result = _output(out, source.shape, source.dtype)
-    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size, dtype,
+    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size * per_element, dtype,
              lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))
     return result
 
 
 def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Every rank gets ``root``'s ``array`` (other ranks' ``array`` only gives the shape and dtype)."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     result = _output(out, source.shape, source.dtype)
     is_root = root == comm.rank
     send = _source(_unaliased(source, result)) if is_root else None
-    _chunked(comm, send, _destination(result), source.size, dtype,
+    _chunked(comm, send, _destination(result), source.size * per_element, dtype,
              lambda s, r, stream: collectives.broadcast(comm, s, root, stream=stream))
     return result
 
@@ -541,10 +656,10 @@ def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np
 def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, op: Any = ReduceOp.SUM,
            root: int = 0) -> Optional[np.ndarray]:
     """Reduce ``array`` across ranks onto ``root``: the result there, None elsewhere."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array", "reduce", op)
     is_root = root == comm.rank
     result = _output(out, source.shape, source.dtype) if is_root else None
-    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size, dtype,
+    _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size * per_element, dtype,
              lambda s, r, stream: collectives.reduce(comm, s, r, op, root, stream=stream))
     return result
 
@@ -558,9 +673,9 @@ def _blocks(array: np.ndarray, size: int, operation: str) -> Tuple[int, ...]:
 
 def all_gather(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Every rank's ``array`` stacked in rank order: shape ``(size, *array.shape)``."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     result = _output(out, (comm.size,) + source.shape, source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
+    _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.all_gather(comm, s, r, stream=stream))
     return result
 
@@ -568,19 +683,19 @@ def all_gather(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
 def reduce_scatter(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None,
                    op: Any = ReduceOp.SUM) -> np.ndarray:
     """Reduce ``array`` across ranks; rank ``r`` gets block ``r`` of the first axis."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array", "reduce_scatter", op)
     result = _output(out, _blocks(source, comm.size, "reduce_scatter"), source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
+    _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.reduce_scatter(comm, s, r, op, stream=stream))
     return result
 
 
 def all_to_all(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Block ``j`` of the first axis goes to rank ``j``; block ``i`` of the result came from rank ``i``."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     _blocks(source, comm.size, "all_to_all")
     result = _output(out, source.shape, source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), result.size, dtype,
+    _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.all_to_all(comm, s, r, stream=stream))
     return result
 
@@ -593,12 +708,12 @@ def scatter(comm: CommCore, array: Optional[np.ndarray], out: Optional[np.ndarra
     if array is None:
         if is_root or out is None:
             raise ValueError("scatter needs array on the root, and out (or a template array) elsewhere")
-        result = _output(out, out.shape, out.dtype)
-        source, dtype = None, as_datatype(out.dtype, argument="out.dtype")
+        result, dtype, per_element = _target(out, "out")
+        source = None
     else:
-        source, dtype = _input(array, "array")
+        source, dtype, per_element = _input(array, "array")
         result = _output(out, _blocks(source, comm.size, "scatter"), source.dtype)
-    count = result.size
+    count = result.size * per_element
     _whole(comm, _source(source) if is_root else None, count * comm.size, _destination(result), count, dtype,
            lambda s, r, stream: collectives.scatter(comm, s, r, root, stream=stream))
     return result
@@ -608,10 +723,13 @@ def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], 
                  recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
     """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements.
     With displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
     result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
-    _whole(comm, _source(source), source.size, _blocks_only(result, recv_counts, recv_displs), total, dtype,
+    destination = _blocks_only(result, recv_counts, recv_displs)
+    if per_element != 1:  # the device operation counts in elements of the carrier type
+        recv_counts, recv_displs = _scaled(recv_counts, per_element), _scaled(recv_displs, per_element)
+    _whole(comm, _source(source), source.size * per_element, destination, total * per_element, dtype,
            lambda s, r, stream: collectives.all_gather_v(comm, s, r, recv_counts, recv_displs, stream=stream))
     return result
 
@@ -619,13 +737,15 @@ def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], 
 def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], out: Optional[np.ndarray] = None,
                      op: Any = ReduceOp.SUM, send_displs: Optional[Sequence[int]] = None) -> np.ndarray:
     """Uneven reduce-scatter of a flattened array: rank ``r`` gets ``send_counts[r]`` elements."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array", "reduce_scatter_v", op)
     counts = list(send_counts)
     if len(counts) != comm.size:
         raise ValueError(f"send_counts must have {comm.size} entries (one per rank), got {len(counts)}")
     mine = int(counts[comm.rank])
     result = _output(out, (mine,), source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), mine, dtype,
+    if per_element != 1:  # the device operation counts in elements of the carrier type
+        counts, send_displs = _scaled(counts, per_element), _scaled(send_displs, per_element)
+    _whole(comm, _source(source), source.size * per_element, _destination(result), mine * per_element, dtype,
            lambda s, r, stream: collectives.reduce_scatter_v(comm, s, r, counts, send_displs, op, stream=stream))
     return result
 
@@ -635,10 +755,14 @@ def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], 
                  recv_displs: Optional[Sequence[int]] = None) -> np.ndarray:
     """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`). With
     receive displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     total = _extent(recv_counts, recv_displs)
     result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
-    _whole(comm, _source(source), source.size, _blocks_only(result, recv_counts, recv_displs), total, dtype,
+    destination = _blocks_only(result, recv_counts, recv_displs)
+    if per_element != 1:  # the device operation counts in elements of the carrier type
+        send_counts, recv_counts, send_displs, recv_displs = (
+            _scaled(values, per_element) for values in (send_counts, recv_counts, send_displs, recv_displs))
+    _whole(comm, _source(source), source.size * per_element, destination, total * per_element, dtype,
            lambda s, r, stream: collectives.all_to_all_v(comm, s, r, send_counts, recv_counts, send_displs,
                                                          recv_displs, stream=stream))
     return result
@@ -647,13 +771,15 @@ def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], 
 def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
                   out: Optional[np.ndarray] = None) -> np.ndarray:
     """All-to-all driven by one count matrix (see :func:`hcclpy.collectives.all_to_all_vc`)."""
-    source, dtype = _input(array, "array")
+    source, dtype, per_element = _input(array, "array")
     matrix = np.asarray(send_count_matrix)
     if matrix.shape != (comm.size, comm.size):
         raise ValueError(f"send_count_matrix must be {comm.size} x {comm.size}, got shape {matrix.shape}")
     total = int(matrix[:, comm.rank].sum())
     result = _output(out, (total,), source.dtype)
-    _whole(comm, _source(source), source.size, _destination(result), total, dtype,
+    if per_element != 1:  # the device operation counts in elements of the carrier type
+        matrix = matrix * per_element
+    _whole(comm, _source(source), source.size * per_element, _destination(result), total * per_element, dtype,
            lambda s, r, stream: collectives.all_to_all_vc(comm, s, r, matrix, stream=stream))
     return result
 
@@ -665,18 +791,22 @@ def _extent(counts: Sequence[int], displs: Optional[Sequence[int]]) -> int:
     return max((c + int(d) for c, d in zip(values, displs) if c), default=0)
 
 
+def _scaled(values: Optional[Sequence[int]], factor: int) -> Optional[Tuple[int, ...]]:
+    """Counts or displacements times ``factor`` (None stays None)."""
+    return None if values is None else tuple(v * factor for v in values)
+
+
 def send(comm: CommCore, array: np.ndarray, peer: int) -> None:
     """Send ``array`` to ``peer`` (blocks until received)."""
-    source, dtype = _input(array, "array")
-    _whole(comm, _source(source), source.size, None, 0, dtype,
+    source, dtype, per_element = _input(array, "array")
+    _whole(comm, _source(source), source.size * per_element, None, 0, dtype,
            lambda s, r, stream: collectives.send(comm, s, peer, stream=stream))
 
 
 def recv(comm: CommCore, array: np.ndarray, peer: int) -> np.ndarray:
     """Receive from ``peer`` into ``array`` (written in place; it must be writable and C-contiguous)."""
-    result = _target(array, "array")
-    dtype = as_datatype(result.dtype, argument="array.dtype")
-    _whole(comm, None, 0, _destination(result), result.size, dtype,
+    result, dtype, per_element = _target(array, "array")
+    _whole(comm, None, 0, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.recv(comm, r, peer, stream=stream))
     return result
 
@@ -689,11 +819,11 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
             raise ValueError(f"items[{index}] must be ('send' | 'recv', array, peer), got {item!r}")
         kind, array, peer = item
         if kind == "send":
-            source, dtype = _input(array, f"items[{index}] array")
-            checked.append((kind, _source(source), source.size, dtype, peer))
+            source, dtype, per_element = _input(array, f"items[{index}] array")
+            checked.append((kind, _source(source), source.size * per_element, dtype, peer))
         else:
-            target = _target(array, f"items[{index}] array")
-            checked.append((kind, _destination(target), target.size, as_datatype(target.dtype), peer))
+            target, dtype, per_element = _target(array, f"items[{index}] array")
+            checked.append((kind, _destination(target), target.size * per_element, dtype, peer))
     _batch(comm, checked)
 
 

@@ -320,6 +320,13 @@ def test_device_array_close_and_views() -> None:
     for convert in (np.asarray, np.array):  # not an object array of element views
         with pytest.raises(TypeError, match=r"device memory, which NumPy cannot read.*\.to_numpy\(\)"):
             convert(a)
+    # NumPy's operators leave device arrays alone: no element-wise attempt, no warning.
+    structured = np.zeros(3, dtype=[("x", "f4"), ("y", "i8")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert (structured == a) is False and (np.zeros(10, np.int32) == a) is False
+    with pytest.raises(TypeError, match="does not support ufuncs"):
+        np.add(a, 1)
     with a:
         pass
     assert a.closed and view.closed  # every view of the memory

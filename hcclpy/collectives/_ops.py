@@ -116,8 +116,9 @@ def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root:
                     peer: Any = None) -> None:
     """The checks of a call on NumPy arrays before anything is staged: the communicator, ``op``,
     ``root`` or ``peer`` (each when given), and whether the simulator's product profile refuses
-    ``operation`` on ``dtype`` (as the real product would, with HCCL_E_NOT_SUPPORT). The device
-    operation on the staged data checks them again, but an empty array reaches none.
+    ``operation`` on the HCCL type that carries ``dtype`` (as the real product would, with
+    HCCL_E_NOT_SUPPORT). The device operation on the staged data checks them again, but an empty
+    array reaches none.
 
     The device paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
     _comm_handle(comm)
@@ -128,7 +129,11 @@ def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root:
     if peer is not None:
         _peer(comm, peer)
     if comm._profile is not None:
-        comm._profile.check(operation, dtype, op)
+        # float32 runs for complex64, uint8 for dtypes moved as bytes. None: the NumPy path
+        # refuses the dtype itself (object dtypes, a reduction of bytes), naming the argument.
+        carrier = _host.carrier_type(dtype, op)
+        if carrier is not None:
+            comm._profile.check(operation, carrier, op)
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCore, count: int, dtype: int,
@@ -1055,7 +1060,9 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         if st is not None:
             last, allocs, c_items, checked = comm._batch_memo
             try:
-                again = items == last  # the remembered batch again: its items compare equal to the memo's
+                # The remembered batch again: its items compare equal to the memo's. The memo on the
+                # left: its proxies compare first, so a NumPy array meets a DeviceArray, which it leaves alone.
+                again = last == items
             except Exception:  # a freed buffer's proxy, or another object's __eq__ refusing a proxy
                 again = False
             if again and (checked[0] == _closes[0] or _batch_open(allocs, checked, comm._device_id)):

@@ -171,6 +171,10 @@ class DeviceArray:
         state = "closed, " if self.closed else ""
         return f"<hcclpy.DeviceArray {state}shape={self._shape} dtype={self._dtype.name.lower()} on {self.device!r}>"
 
+    # NumPy's operators and ufuncs leave a DeviceArray alone (a comparison with an array is False,
+    # not an element-wise attempt that fails with a warning).
+    __array_ufunc__ = None
+
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
         # Without this, np.asarray() would build an object array of element views, silently.
         raise TypeError("a DeviceArray is device memory, which NumPy cannot read: copy it to the host with "
