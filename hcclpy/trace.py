@@ -55,7 +55,7 @@ _OPERATIONS = {
     "HcclBatchSendRecv": "batch_send_recv", "HcclBarrier": "barrier",
 }
 _REDUCING = {"all_reduce", "reduce_scatter", "reduce_scatter_v"}
-_ROOTED = {"reduce", "broadcast", "scatter"}
+_ROOTED = {"broadcast", "scatter"}
 _PEERED = {"send", "recv"}
 
 # perf_counter_ns is per process: dumps carry both clocks, so ranks' times line up when merged.
@@ -86,7 +86,10 @@ def _describe(record: tuple) -> Dict[str, Any]:
         "dtype": DataType(dtype).name.lower() if dtype >= 0 else None, "stream": stream,
         "queued_ns": _WALL_AT + queued - _PERF_AT, "state": state,
         "completed_by_ns": _WALL_AT + progress[2] - _PERF_AT if state == "completed" else None}
-    if operation in _REDUCING:
+    if operation == "reduce":  # the one operation with both
+        code, item["root"] = detail
+        item["op_kind"] = ReduceOp(code).name.lower()
+    elif operation in _REDUCING:
         item["op_kind"] = ReduceOp(detail).name.lower()
     elif operation in _ROOTED:
         item["root"] = detail

@@ -40,6 +40,14 @@ def test_records_and_their_states(comm: hcclpy.Communicator) -> None:
                                                                             ("broadcast", 2, 6, "fp32")]
     assert mine[0]["op_kind"] == "max" and mine[1]["root"] == 0 and mine[0]["comm"] == comm.name
     assert hcclpy.trace.signature(mine[0]) == "all_reduce(count=6, fp32, max)"
+    y = hcclpy.empty(6, "float32", device=comm.device)
+    comm.reduce(x, y, "min", 0, stream=stream)  # the general path
+    comm.reduce(x, x, "prod", 0, stream=stream)  # the fast path
+    reduced = hcclpy.trace.records(comm)[-2:]
+    # reduce has both a reduce op and a root, as the simulator's messages write it
+    assert [hcclpy.trace.signature(r) for r in reduced] == ["reduce(count=6, fp32, min, root=0)",
+                                                            "reduce(count=6, fp32, prod, root=0)"]
+    stream.synchronize()
     event = stream.record()
     event.synchronize()  # an event seen complete completes what was queued before it
     assert {r["state"] for r in hcclpy.trace.records(comm)} == {"completed"}

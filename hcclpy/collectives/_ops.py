@@ -137,9 +137,9 @@ def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root:
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCore, count: int, dtype: int,
-          detail: int, numbering: Any = None) -> None:
+          detail: Any, numbering: Any = None) -> None:
     """Raise for a failed call; otherwise record it in the flight recorder (``detail``: reduce op,
-    root or peer; -1: none; ``numbering``: the counter that numbers it, by default the
+    root or peer, ``(op, root)`` for reduce; -1: none; ``numbering``: the counter that numbers it, by default the
     collectives') and keep its buffers (``keep``) alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
@@ -478,7 +478,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                     and (sa is not ta or send._offset == target._offset)):
                 _done(comm._api.HcclReduce(send._cptr, target._cptr if is_root else _ffi.NULL, send._size,
                                            send._dtype_c, code, root, comm._handle, st._ptr_cdata),
-                      "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, root)
+                      "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, (code, root))
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
         _before_staging(comm, "reduce", send.dtype, op, root)
@@ -504,8 +504,9 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
     if comm._profile is not None:
         comm._profile.check("reduce", sb.dtype, op)
     recv_ptr = rb.ptr if is_root else _ffi.NULL
-    _done(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, _op(op), root, handle, st._ptr_cdata),
-          "HcclReduce", st, (send, recv), comm, sb.count, sb.dtype_c, root)
+    code = _op(op)
+    _done(comm._api.HcclReduce(sb.ptr, recv_ptr, sb.count, sb.dtype_c, code, root, handle, st._ptr_cdata),
+          "HcclReduce", st, (send, recv), comm, sb.count, sb.dtype_c, (code, root))
     return (send if recv is None else recv) if is_root else None
 
 
