@@ -90,3 +90,82 @@ def test_rank_table_ending_in_a_number_is_parsed_to_its_end(rank_table_program, 
     assert result.returncode == 0, result.report()
     rc, _, said = result.output.strip().partition(" ")
     assert rc == "1" and message in said, result.output  # HCCL_E_PARA, about the text as written
+
+
+# Three processes; ranks 1 and 2 get a 70 TiB device each, more than one process can map twice in
+# a 47-bit address space, so mapping the peers' device memory fails.  Prints "rank rc message".
+HUGE_PEERS_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <hccl/hccl.h>
+
+static int rank_main(int rank, int from_root)
+{
+    if (rank > 0)
+        setenv("HCCLPY_SIM_DEVICE_MEMORY", "70T", 1);
+    if (aclInit(NULL) != ACL_SUCCESS || aclrtSetDevice(rank) != ACL_SUCCESS)
+        return 2;
+    HcclRootInfo info;
+    if (read(from_root, &info, sizeof info) != (ssize_t)sizeof info)
+        return 3;
+    HcclComm comm = NULL;
+    HcclResult rc = HcclCommInitRootInfo(3, &info, (uint32_t)rank, &comm);
+    const char *text = aclGetRecentErrMsg();
+    printf("%d %d %s\n", rank, (int)rc, rc != HCCL_SUCCESS && text != NULL ? text : "");
+    fflush(stdout);
+    if (rc == HCCL_SUCCESS)
+        HcclCommDestroy(comm);
+    return 0;
+}
+
+int main(void)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return 2;
+    for (int rank = 0; rank < 3; rank++)
+        if (fork() == 0)
+            _exit(rank_main(rank, fds[0]));
+    /* The root info is made by a process of its own, which stays until the ranks are done. */
+    if (aclInit(NULL) != ACL_SUCCESS)
+        return 2;
+    HcclRootInfo info;
+    if (HcclGetRootInfo(&info) != HCCL_SUCCESS)
+        return 2;
+    for (int rank = 0; rank < 3; rank++)
+        if (write(fds[1], &info, sizeof info) != (ssize_t)sizeof info)
+            return 2;
+    int status, worst = 0;
+    while (wait(&status) > 0)
+        worst |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    return worst;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def huge_peers_program(compile_c, tmp_path_factory):
+    source = tmp_path_factory.mktemp("huge_peers") / "huge_peers.c"
+    source.write_text(HUGE_PEERS_PROGRAM)
+    return compile_c([source], "huge_peers")
+
+
+@pytest.mark.timeout(120)
+def test_peer_memory_failure_is_reported_intact(huge_peers_program, sim_env):
+    result = runner.run(huge_peers_program, [], sim_env, timeout=90)
+    assert result.returncode == 0, result.report()
+    lines = [line.split(" ", 2) + [""] for line in result.output.strip().splitlines()]
+    if all(rc == "0" for _, rc, *_ in lines):
+        pytest.skip("this machine's address space holds every peer's device memory")
+    runtime = [text for _, rc, text, *_ in lines if rc == "15"]  # HCCL_E_RUNTIME, on the rank that failed
+    assert runtime, result.output
+    for text in runtime:
+        # The reason is quoted once and whole, not overwritten while it was being formatted.
+        assert text.count("cannot reach the device memory") == 1, text
+        # A rank that could not map a peer's memory says so; one whose peer has already given up
+        # and exited cannot open it.
+        assert "cannot map the device memory of process" in text or "cannot open the device memory of process" \
+            in text, text

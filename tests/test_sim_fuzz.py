@@ -1374,7 +1374,7 @@ HAND_PICKED: Dict[str, List[Any]] = {
         ["aclrtSynchronizeEventWithTimeout", [EV1, 2000], -1, 0],
         ["aclrtEventElapsedTime", [["out"], EV0, EV1], -1, 0],
         ["aclrtEventElapsedTime", [["out"], EV1, EV0], -1, 0],
-        ["aclrtResetEvent", [EV0, S1], 1, 0],
+        ["aclrtResetEvent", [EV0, S1], 1, ACL_ERROR_INVALID_PARAM],  # made by aclrtCreateEvent: no reset
         ["aclrtRecordEvent", [EV0, S1], -1, 0],
         ["aclrtDestroyEvent", [EV0], -1, 0],
         ["aclrtSynchronizeStreamWithTimeout", [S1, 2000], -1, 0],

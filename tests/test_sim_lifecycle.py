@@ -2,8 +2,10 @@
 ids the ranks disagree about fail at once naming both rank lists, a suspension with nothing in
 flight fails the other ranks' next operation at once, destroy right after a suspension always
 succeeds, a failed rank-table attempt leaves nothing that spoils the next, root infos are
-released when no longer needed (and say so when used afterwards), and destroy racing other calls
-on the same communicator is safe."""
+released when no longer needed (and say so when used afterwards), destroy racing other calls
+on the same communicator is safe, a rank that exits at once after creating a communicator does not
+fail slower ranks, communicators follow one another from one rank table, and ranks reading their
+own copies of a rank table meet."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ CASES = [
     ("root-info-expiry", 2, "threads"),
     ("root-info-elsewhere", 2, "procs"),
     ("destroy-race", 2, "threads"),
+    ("init-exit", 3, "procs"),
+    ("init-exit", 4, "mixed"),
+    ("rank-table-again", 2, "procs"),
+    ("rank-table-again", 3, "threads"),
+    ("rank-table-copies", 2, "procs"),
+    ("rank-table-copies", 2, "threads"),
 ]
 
 

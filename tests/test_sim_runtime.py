@@ -4,9 +4,15 @@ the headers compiled as C++14."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import sim_runner as runner
+from hcclpy.sim._build import find_compiler, run_compiler
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +53,58 @@ ERRORS = [(n, mode) for n in (1, 2, 3) for mode in ("threads", "procs")] + [(8, 
 @pytest.mark.parametrize(("nranks", "mode"), ERRORS, ids=[f"{m}-{n}" for n, m in ERRORS])
 def test_errors(programs, sim_env, nranks, mode):
     runner.check(runner.run(programs["errors"], runner.rank_args(nranks, mode), sim_env, timeout=180))
+
+
+@pytest.mark.timeout(240)
+def test_runtime_rules(compile_c, sim_env):
+    # Destroy races, event flag rules, event status, copy kinds, threads left by the last reset.
+    binary = runner.build(compile_c, "runtime_rules")
+    runner.check(runner.run(binary, runner.rank_args(1, "threads"), sim_env, timeout=180))
+
+
+# Builds the simulator with AddressSanitizer into the cache directory given as argv[1] and prints
+# the tree: the module-level flags are the build's own, set before it hashes them.
+_ASAN_BUILD = """
+import sys
+from hcclpy.sim import _build
+_build.CFLAGS = tuple(f for f in _build.CFLAGS if f != "-O2") + ("-O1", "-fsanitize=address", "-fno-omit-frame-pointer")
+_build.LDFLAGS = _build.LDFLAGS + ("-fsanitize=address",)
+print(_build.build())
+"""
+
+
+def _compiler_has_asan() -> bool:
+    compiler = find_compiler()
+    found = subprocess.run([*compiler, "-print-file-name=libasan.so"], capture_output=True, text=True)
+    return found.returncode == 0 and os.path.isabs(found.stdout.strip())
+
+
+@pytest.mark.timeout(900)
+def test_runtime_rules_under_address_sanitizer(tmp_path, sim_env):
+    # A stream or event freed by aclrtDestroy* on one thread while others still synchronise it is a
+    # use after free that an ordinary build only sometimes shows (a crash, a garbage code): with
+    # the simulator and the program built with -fsanitize=address, every such access aborts.
+    if not _compiler_has_asan():
+        pytest.skip("the C compiler has no AddressSanitizer runtime")
+    build = subprocess.run(
+        [sys.executable, "-c", _ASAN_BUILD], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HCCLPY_SIM_CACHE": str(tmp_path / "cache")},
+    )
+    assert build.returncode == 0, build.stderr[-4000:]
+    home = Path(build.stdout.strip().splitlines()[-1])
+    binary = tmp_path / "runtime_rules_asan"
+    lib64 = home / "lib64"
+    run_compiler([
+        *find_compiler(), "-Wall", "-Wextra", "-Werror", "-fsanitize=address", "-fno-omit-frame-pointer",
+        f"-I{home / 'include'}", str(runner.C_DIR / "harness.c"), str(runner.C_DIR / "runtime_rules.c"),
+        "-o", str(binary), f"-L{lib64}", "-lhccl", "-lascendcl", f"-Wl,-rpath,{lib64}", "-pthread",
+    ], what="compiling runtime_rules with AddressSanitizer failed")
+    env = {k: v for k, v in sim_env.items() if k not in ("LD_PRELOAD", "ASCEND_HOME_PATH")}
+    env["LD_LIBRARY_PATH"] = str(lib64)
+    result = runner.run(binary, [*runner.rank_args(1, "threads"), "--iterations", "20"], env, timeout=300,
+                        extra_env={"ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1"})
+    assert "AddressSanitizer" not in result.output, result.report()
+    runner.check(result)
 
 
 @pytest.mark.timeout(240)

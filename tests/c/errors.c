@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -498,6 +499,57 @@ static int init_errors(T *t)
     return 0;
 }
 
+/* A 1-rank communicator with `cfg`, from a root info of this rank's own. */
+static HcclResult own_comm(const HcclCommConfig *cfg, HcclComm *comm)
+{
+    HcclRootInfo ri;
+    HcclResult rc = HcclGetRootInfo(&ri);
+    return rc != HCCL_SUCCESS ? rc : HcclCommInitRootInfoConfig(1, &ri, 0, cfg, comm);
+}
+
+/* Config fields out of their ranges (reference §2.7.6) are refused, by the API that was called
+ * (in a group too), and so is the name of another live communicator of the process. */
+static int config_errors(T *t)
+{
+    h_ctx *ctx = t->ctx;
+    if (!h_case(ctx, "communicator config errors")) {
+        return 0;
+    }
+    HcclComm nc = NULL;
+    HcclCommConfig cfg;
+    HcclCommConfigInit(&cfg);
+    cfg.hcclQos = 8;
+    H_EXPECT_REFUSED(ctx, own_comm(&cfg, &nc), HCCL_E_PARA, "HcclCommInitRootInfoConfig", "hcclQos");
+    HcclCommConfigInit(&cfg);
+    cfg.hcclOpExpansionMode = 99;
+    H_EXPECT_REFUSED(ctx, own_comm(&cfg, &nc), HCCL_E_PARA, "HcclCommInitRootInfoConfig",
+                     "hcclOpExpansionMode");
+    HcclRootInfo ri;
+    H_HCCL(ctx, HcclGetRootInfo(&ri));
+    H_HCCL(ctx, HcclGroupStart());
+    H_HCCL(ctx, HcclCommInitRootInfoConfig(1, &ri, 0, &cfg, &nc));
+    H_EXPECT_REFUSED(ctx, HcclGroupEnd(), HCCL_E_PARA, "HcclCommInitRootInfoConfig: hcclOpExpansionMode");
+    for (uint32_t mode = 0; mode <= 6; mode++) {
+        h_set_case(ctx, "communicator config errors: hcclOpExpansionMode %u is accepted", mode);
+        HcclCommConfigInit(&cfg);
+        cfg.hcclOpExpansionMode = mode;
+        cfg.hcclQos = mode;
+        H_HCCL(ctx, own_comm(&cfg, &nc));
+        H_HCCL(ctx, HcclCommDestroy(nc));
+    }
+
+    h_set_case(ctx, "communicator config errors: hcclCommName in use");
+    HcclCommConfigInit(&cfg);
+    snprintf(cfg.hcclCommName, sizeof cfg.hcclCommName, "errors-dup-%ld-%u", (long)getpid(), ctx->rank);
+    HcclComm first = NULL, second = NULL;
+    H_HCCL(ctx, own_comm(&cfg, &first));
+    H_EXPECT_REFUSED(ctx, own_comm(&cfg, &second), HCCL_E_PARA, cfg.hcclCommName, "unique");
+    H_HCCL(ctx, HcclCommDestroy(first));
+    H_HCCL(ctx, own_comm(&cfg, &second)); /* the name is free again */
+    H_HCCL(ctx, HcclCommDestroy(second));
+    return 0;
+}
+
 static int error_strings(T *t)
 {
     h_ctx *ctx = t->ctx;
@@ -586,6 +638,7 @@ static int run_rank(h_ctx *ctx)
     RUN(not_device_memory(&t));
     RUN(past_the_end(&t));
     RUN(init_errors(&t));
+    RUN(config_errors(&t));
     RUN(error_strings(&t));
     RUN(destroyed_comm(&t));
     RUN(still_healthy(&t));

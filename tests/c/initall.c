@@ -53,13 +53,22 @@ static int close_world(h_ctx *ctx, world *w)
     for (uint32_t i = 0; i < w->n; i++) {
         H_HCCL(ctx, HcclCommDestroy(w->comm[i]));
     }
+    aclrtStream probe[H_MAX_RANKS];
     for (uint32_t i = 0; i < w->n; i++) {
         H_ACL(ctx, aclrtSetDevice(w->dev[i]));
         H_ACL(ctx, aclrtDestroyStream(w->st[i]));
+        H_ACL(ctx, aclrtCreateStream(&probe[i]));
         H_ACL(ctx, aclrtResetDevice(w->dev[i])); /* the SetDevice just above */
         H_ACL(ctx, aclrtResetDevice(w->dev[i])); /* the one in open_world */
     }
     H_ACL(ctx, aclrtResetDevice(w->dev[0])); /* the first SetDevice in open_world */
+    /* The program's last reset of a device releases it, and its streams with it: HcclCommInitAll
+     * holds no reference of its own. */
+    for (uint32_t i = 0; i < w->n; i++) {
+        H_EXPECT(ctx, aclrtSynchronizeStream(probe[i]) != ACL_SUCCESS,
+                 "device %d is still held after the program reset it as often as it set it",
+                 (int)w->dev[i]);
+    }
     return 0;
 }
 

@@ -34,7 +34,14 @@
  *  - destroy-race (threads, one thread): HcclCommDestroy while another thread keeps calling
  *    HcclGetCommAsyncError on the same communicator, and two threads destroying one
  *    communicator: no crash, exactly one destroy succeeds, and the other calls either see the
- *    live communicator or are refused.
+ *    live communicator or are refused;
+ *  - init-exit (N >= 2, launched 12 times): every rank creates a communicator (by turns from a
+ *    root info, from a rank table, as a sub-communicator), destroys it and exits at once: a
+ *    rank still creating it must not fail because a faster one has exited;
+ *  - rank-table-again (N in [2, 8]): four communicators from one rank table, one after the
+ *    other, each created as soon as the last is destroyed;
+ *  - rank-table-copies (N in [2, 8]): each rank reads its own copy of the rank table, at a path
+ *    of its own: they form one communicator.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -645,6 +652,156 @@ static int case_destroy_race(h_ctx *ctx)
     return 0;
 }
 
+/* ---- rank tables ---------------------------------------------------------------------------- */
+
+/* Writes a rank table for ranks 0..n-1 on devices 0..n-1 of one server; 0 on success. */
+static int write_table(const char *path, uint32_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return -1;
+    }
+    int ok = fprintf(f, "{\"status\": \"completed\", \"version\": \"1.0\", \"server_count\": \"1\", "
+                     "\"server_list\": [{\"server_id\": \"127.0.0.1\", \"device\": [") > 0;
+    for (uint32_t r = 0; r < n; r++) {
+        ok = fprintf(f, "%s{\"device_id\": \"%u\", \"device_ip\": \"192.168.1.%u\", \"rank_id\": \"%u\"}",
+                     r ? ", " : "", r, 10 + r, r) > 0 && ok;
+    }
+    ok = fprintf(f, "]}]}\n") > 0 && ok;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* A path in TMPDIR unique to this run, ending in `suffix`. */
+static void temp_path(char *out, size_t len, const char *suffix)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, len, "%s/hcclpy-lifecycle-%ld-%lld%s", tmp && *tmp ? tmp : "/tmp", (long)getpid(),
+             (long long)(h_now() * 1e6), suffix);
+}
+
+/* ---- init-exit (launched several times) ----------------------------------------------------- */
+
+#define INIT_EXIT_ROUNDS 12
+
+typedef struct {
+    int round;
+    char table[512];
+} init_exit_arg;
+
+/* Every rank creates a communicator (by turns from a root info, from the rank table, or as a
+ * sub-communicator of all ranks), destroys it and returns at once: its process exits while the
+ * other ranks may still be creating theirs, which must not fail them. */
+static int case_init_exit(h_ctx *ctx)
+{
+    const init_exit_arg *a = (const init_exit_arg *)ctx->arg;
+    H_ACL(ctx, aclrtSetDevice(ctx->device));
+    HcclComm comm = NULL, sub = NULL;
+    switch (a->round % 3) {
+    case 0:
+        h_set_case(ctx, "init-exit %d: HcclCommInitRootInfo, destroy, exit", a->round);
+        RUN(h_world_comm(ctx, &comm));
+        break;
+    case 1:
+        h_set_case(ctx, "init-exit %d: HcclCommInitClusterInfo, destroy, exit", a->round);
+        H_HCCL(ctx, HcclCommInitClusterInfo(a->table, ctx->rank, &comm));
+        break;
+    default: {
+        h_set_case(ctx, "init-exit %d: HcclCreateSubCommConfig, destroy, exit", a->round);
+        RUN(h_world_comm(ctx, &comm));
+        uint32_t ids[H_MAX_RANKS];
+        for (uint32_t r = 0; r < ctx->nranks; r++) {
+            ids[r] = r;
+        }
+        H_HCCL(ctx, create_sub(ctx, &comm, ids, ctx->nranks, 40 + (uint64_t)a->round, &sub));
+        H_HCCL(ctx, HcclCommDestroy(sub));
+        break;
+    }
+    }
+    H_HCCL(ctx, HcclCommDestroy(comm));
+    return 0;
+}
+
+static int launch_init_exit(void)
+{
+    init_exit_arg a;
+    memset(&a, 0, sizeof a);
+    temp_path(a.table, sizeof a.table, ".json");
+    if (write_table(a.table, h_opt.nranks) != 0) {
+        printf("FAIL cannot write the rank table %s\n", a.table);
+        return 1;
+    }
+    int failed = 0;
+    for (a.round = 0; a.round < INIT_EXIT_ROUNDS && !failed; a.round++) {
+        failed = h_launch("init-exit", case_init_exit, &a, NULL);
+    }
+    unlink(a.table);
+    return failed;
+}
+
+/* ---- rank-table-again ----------------------------------------------------------------------- */
+
+/* Communicators from one rank table, one after the other: each rank creates one, uses it,
+ * destroys it and at once creates the next (rank 0 may still be on its way out of the last). */
+static int case_rank_table_again(h_ctx *ctx)
+{
+    RUN(h_rank_setup(ctx));
+    char path[512];
+    memset(path, 0, sizeof path);
+    if (ctx->rank == 0) {
+        temp_path(path, sizeof path, ".json");
+        if (write_table(path, ctx->nranks) != 0) {
+            h_failf(ctx, __FILE__, __LINE__, "cannot write the rank table %s", path);
+            path[0] = '\0';
+        }
+    }
+    RUN(h_oob_bcast(ctx, 0, path, sizeof path));
+    H_REQUIRE(ctx, path[0] != '\0', "rank 0 could not write the rank table");
+    uint32_t all[H_MAX_RANKS];
+    for (uint32_t r = 0; r < ctx->nranks; r++) {
+        all[r] = r;
+    }
+    for (int i = 0; i < 4; i++) {
+        h_set_case(ctx, "rank-table-again: communicator %d from the same table", i);
+        HcclComm comm = NULL;
+        H_HCCL(ctx, HcclCommInitClusterInfo(path, ctx->rank, &comm));
+        if (i % 2 == 1) {
+            RUN(sum_check(ctx, comm, all, ctx->nranks, "rank-table communicator"));
+        }
+        H_HCCL(ctx, HcclCommDestroy(comm));
+    }
+    RUN(h_oob_barrier(ctx));
+    if (ctx->rank == 0) {
+        unlink(path);
+    }
+    RUN(h_rank_teardown(ctx));
+    return 0;
+}
+
+/* ---- rank-table-copies ---------------------------------------------------------------------- */
+
+/* Every rank reads its own copy of the rank table, at a path of its own (one per server). */
+static int case_rank_table_copies(h_ctx *ctx)
+{
+    RUN(h_rank_setup(ctx));
+    h_set_case(ctx, "rank-table-copies: each rank reads its own copy of the table");
+    char path[512];
+    temp_path(path, sizeof path, "");
+    snprintf(path + strlen(path), sizeof path - strlen(path), "-rank%u.json", ctx->rank);
+    H_REQUIRE(ctx, write_table(path, ctx->nranks) == 0, "cannot write the rank table %s", path);
+    HcclComm comm = NULL;
+    HcclResult rc = HcclCommInitClusterInfo(path, ctx->rank, &comm);
+    unlink(path);
+    H_HCCL(ctx, rc);
+    uint32_t all[H_MAX_RANKS];
+    for (uint32_t r = 0; r < ctx->nranks; r++) {
+        all[r] = r;
+    }
+    RUN(sum_check(ctx, comm, all, ctx->nranks, "communicator from copies of a rank table"));
+    H_HCCL(ctx, HcclCommDestroy(comm));
+    RUN(h_rank_teardown(ctx));
+    return 0;
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -664,6 +821,9 @@ static const case_t CASES[] = {
     {"root-info-expiry", case_root_info_expiry, 1, H_MAX_RANKS, 1, 0},
     {"root-info-elsewhere", case_root_info_elsewhere, 2, 2, 0, 1},
     {"destroy-race", case_destroy_race, 1, H_MAX_RANKS, 1, 0},
+    {"init-exit", case_init_exit, 2, H_MAX_RANKS, 0, 0},
+    {"rank-table-again", case_rank_table_again, 2, 8, 0, 0},
+    {"rank-table-copies", case_rank_table_copies, 2, 8, 0, 0},
 };
 
 int main(int argc, char **argv)
@@ -693,6 +853,8 @@ int main(int argc, char **argv)
         h_init_single(&ctx, c->name);
         int rc = c->fn(&ctx);
         failed = h_single_done(&ctx, rc, c->name, t0);
+    } else if (c->fn == case_init_exit) {
+        failed = launch_init_exit();
     } else {
         failed = h_launch(c->name, c->fn, NULL, NULL);
     }

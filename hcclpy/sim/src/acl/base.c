@@ -393,7 +393,16 @@ bool sim_backoff_step(sim_backoff_t *b)
 
 /* Handle value: generation in the high 32 bits, slot index + 1 in bits 4..31,
  * kind in the low 4 bits.  Slots live in chunks that are never freed, so a
- * lookup needs no lock. */
+ * lookup needs no lock.
+ *
+ * sim_handle_acquire takes a reference on the object while it holds a pin on
+ * the slot, and sim_handle_free waits for the pins of the slot it frees to go:
+ * so an acquirer either sees the handle freed or references the object before
+ * whoever freed the handle can drop the handle's own reference.  (A lookup
+ * followed by a reference would let the object be freed in between.)  A pin
+ * lasts a few instructions; the orders are sequentially consistent on both
+ * sides, so of "pin, check" and "invalidate, look at the pins" one thread
+ * always sees the other's write. */
 #define HANDLE_CHUNK 4096
 #define HANDLE_CHUNKS 1024
 
@@ -402,6 +411,7 @@ typedef struct {
     _Atomic uint32_t kind; /* 0 = free */
     void *_Atomic object;
     uint32_t next_free;
+    _Atomic uint32_t pins; /* sim_handle_acquire calls looking at the slot right now */
 } handle_slot_t;
 
 static handle_slot_t *_Atomic g_handle_chunks[HANDLE_CHUNKS];
@@ -450,22 +460,44 @@ void *sim_handle_new(enum sim_kind kind, void *object)
     return (void *)(uintptr_t)value;
 }
 
-void *sim_handle_get(const void *handle, enum sim_kind kind)
+/* The slot a handle of `kind` names, or NULL for a value no handle of that kind can have. */
+static handle_slot_t *slot_of(uint64_t value, enum sim_kind kind)
 {
-    uint64_t value = (uint64_t)(uintptr_t)handle;
     if ((value & 0xF) != (uint64_t)kind)
         return NULL;
     uint64_t index_plus_one = (value >> 4) & 0x0FFFFFFF;
     if (index_plus_one == 0 || index_plus_one > (uint64_t)HANDLE_CHUNK * HANDLE_CHUNKS)
         return NULL;
-    handle_slot_t *slot = handle_slot((uint32_t)(index_plus_one - 1));
+    return handle_slot((uint32_t)(index_plus_one - 1));
+}
+
+/* Whether the slot holds the live handle `value` of `kind` (sequentially consistent loads: see
+ * sim_handle_acquire). */
+static bool slot_holds(handle_slot_t *slot, uint64_t value, enum sim_kind kind)
+{
+    return atomic_load(&slot->kind) == (uint32_t)kind &&
+           atomic_load(&slot->generation) == (uint32_t)(value >> 32);
+}
+
+void *sim_handle_get(const void *handle, enum sim_kind kind)
+{
+    uint64_t value = (uint64_t)(uintptr_t)handle;
+    handle_slot_t *slot = slot_of(value, kind);
+    return slot != NULL && slot_holds(slot, value, kind) ? atomic_load(&slot->object) : NULL;
+}
+
+void *sim_handle_acquire(const void *handle, enum sim_kind kind, void *(*ref)(void *object))
+{
+    uint64_t value = (uint64_t)(uintptr_t)handle;
+    handle_slot_t *slot = slot_of(value, kind);
     if (slot == NULL)
         return NULL;
-    if (atomic_load_explicit(&slot->kind, memory_order_acquire) != (uint32_t)kind)
-        return NULL;
-    if (atomic_load(&slot->generation) != (uint32_t)(value >> 32))
-        return NULL;
-    return atomic_load(&slot->object);
+    void *taken = NULL;
+    atomic_fetch_add(&slot->pins, 1);
+    if (slot_holds(slot, value, kind))
+        taken = ref(atomic_load(&slot->object));
+    atomic_fetch_sub(&slot->pins, 1);
+    return taken;
 }
 
 bool sim_handle_free(const void *handle)
@@ -488,6 +520,9 @@ bool sim_handle_free(const void *handle)
         freed = true;
     }
     pthread_mutex_unlock(&g_handle_lock);
+    /* An acquirer that saw the handle live has referenced the object once its pin is gone. */
+    while (freed && atomic_load(&slot->pins) != 0)
+        sched_yield();
     return freed;
 }
 
@@ -511,6 +546,7 @@ static void after_fork_in_child(void)
         if (chunk == NULL)
             continue;
         for (int i = 0; i < HANDLE_CHUNK; i++) {
+            atomic_store(&chunk[i].pins, 0); /* pinned by threads the child does not have */
             if (atomic_load(&chunk[i].kind) != 0) {
                 atomic_store(&chunk[i].kind, 0);
                 atomic_fetch_add(&chunk[i].generation, 1);

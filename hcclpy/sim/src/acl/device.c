@@ -60,6 +60,24 @@ sim_context_t *sim_current_context(void)
     return context;
 }
 
+static void *ref_default_stream(void *object)
+{
+    sim_stream_t *stream = ((sim_context_t *)object)->default_stream;
+    sim_stream_ref(stream);
+    return stream;
+}
+
+/* Through the context's handle: aclrtDestroyContext on another thread frees the handle before
+ * it destroys the default stream, so the stream is referenced or not found, never freed. */
+sim_stream_t *sim_current_default_stream(void)
+{
+    sim_stream_t *stream =
+        t_context == NULL ? NULL : sim_handle_acquire(t_context, SIM_KIND_CONTEXT, ref_default_stream);
+    if (stream == NULL)
+        sim_error(ACL_ERROR_RT_CONTEXT_NULL, "no current device on this thread: call aclrtSetDevice first");
+    return stream;
+}
+
 int sim_current_device(int *device)
 {
     sim_context_t *context = sim_current_context();

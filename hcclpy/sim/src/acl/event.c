@@ -17,6 +17,7 @@ struct sim_event {
     pthread_mutex_t lock;
     uint64_t recorded;         /* records enqueued so far */
     _Atomic uint64_t completed; /* highest record number that has run */
+    bool cleared;              /* an aclrtResetEvent ran after the newest record that ran */
     sim_stream_t *stream;      /* stream and task index of the newest record */
     uint64_t index;
     int64_t timestamp_ns;
@@ -32,9 +33,20 @@ static void event_unref(sim_event_t *event)
     }
 }
 
+static void *ref_event(void *object)
+{
+    atomic_fetch_add(&((sim_event_t *)object)->refs, 1);
+    return object;
+}
+
+/* The event of a live handle, referenced (event_unref when done): every entry point holds a
+ * reference until it returns, so an event destroyed by another thread meanwhile stays allocated.
+ * A synchronisation under way then ends as it would have: when the record it waits for has run
+ * (the record task holds the event too), with success or the recording stream's error; calls
+ * that start after the destroy find no live event (ACL_ERROR_INVALID_PARAM). */
 static sim_event_t *lookup(aclrtEvent handle, const char *api, int *err)
 {
-    sim_event_t *event = sim_handle_get(handle, SIM_KIND_EVENT);
+    sim_event_t *event = sim_handle_acquire(handle, SIM_KIND_EVENT, ref_event);
     if (event == NULL)
         *err = sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live event (never created, destroyed, or "
                          "released by the aclrtResetDevice that released its device)", api, handle);
@@ -166,10 +178,13 @@ SIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent handle)
     sim_event_t *event = lookup(handle, "aclrtDestroyEvent", &err);
     if (event == NULL)
         return err;
-    if (!sim_handle_free(handle))
+    if (!sim_handle_free(handle)) {
+        event_unref(event);
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDestroyEvent: %p was destroyed meanwhile (by another "
                          "thread, or by the aclrtResetDevice that released its device)", handle);
+    }
     unlist_event(event);
+    event_unref(event); /* the handle's reference */
     event_unref(event);
     return ACL_SUCCESS;
 }
@@ -189,9 +204,12 @@ static int run_record(sim_task_t *task, int64_t deadline_ns)
     sim_event_t *event = record->event;
     pthread_mutex_lock(&event->lock);
     if (record->reset) {
+        /* Back to "not recorded" (until a later record runs), as CANN reports it. */
         event->timestamp_ns = 0;
+        event->cleared = true;
     } else if (record->number > atomic_load(&event->completed)) {
         event->timestamp_ns = sim_now_ns();
+        event->cleared = false;
         atomic_store(&event->completed, record->number);
     }
     pthread_mutex_unlock(&event->lock);
@@ -210,15 +228,21 @@ static void release_event_task(sim_task_t *task)
     free(task);
 }
 
-static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, bool reset, const char *api)
+/* Reference §3.5: an event from aclrtCreateEvent cannot be reset, and aclrtResetEvent and
+ * aclrtStreamWaitEvent need ACL_EVENT_SYNC (which aclrtCreateEvent's events have). */
+static int check_sync_flag(const sim_event_t *event, bool reset, const char *api)
 {
-    int err = ACL_SUCCESS;
-    sim_event_t *event = lookup(handle, api, &err);
-    if (event == NULL)
-        return err;
-    sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
-    if (stream == NULL)
-        return err;
+    if (reset && !event->explicit_flags)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: an event created with aclrtCreateEvent cannot be reset "
+                         "(create it with aclrtCreateEventWithFlag and ACL_EVENT_SYNC)", api);
+    if ((event->flags & ACL_EVENT_SYNC) == 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the event was created without ACL_EVENT_SYNC (flags 0x%x), "
+                         "which %s needs", api, event->flags, api);
+    return ACL_SUCCESS;
+}
+
+static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
+{
     /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
     event_task_t *task = malloc(sizeof *task);
     if (task == NULL)
@@ -245,6 +269,22 @@ static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, boo
     sim_stream_enqueue(stream, &task->base);
     pthread_mutex_unlock(&event->lock);
     return ACL_SUCCESS;
+}
+
+static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, bool reset, const char *api)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, api, &err);
+    if (event == NULL)
+        return err;
+    err = reset ? check_sync_flag(event, true, api) : ACL_SUCCESS;
+    sim_stream_t *stream = err == ACL_SUCCESS ? sim_stream_acquire(stream_handle, &err) : NULL;
+    if (stream != NULL) {
+        err = record_on(event, stream, reset);
+        sim_stream_unref(stream);
+    }
+    event_unref(event);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
@@ -316,15 +356,8 @@ static void release_wait(sim_task_t *task)
     free(wait);
 }
 
-SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent handle)
+static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
 {
-    int err = ACL_SUCCESS;
-    sim_event_t *event = lookup(handle, "aclrtStreamWaitEvent", &err);
-    if (event == NULL)
-        return err;
-    sim_stream_t *stream = sim_stream_resolve(stream_handle, &err);
-    if (stream == NULL)
-        return err;
     /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
     wait_task_t *task = malloc(sizeof *task);
     if (task == NULL)
@@ -340,6 +373,22 @@ SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent h
     return ACL_SUCCESS;
 }
 
+SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent handle)
+{
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, "aclrtStreamWaitEvent", &err);
+    if (event == NULL)
+        return err;
+    err = check_sync_flag(event, false, "aclrtStreamWaitEvent");
+    sim_stream_t *stream = err == ACL_SUCCESS ? sim_stream_acquire(stream_handle, &err) : NULL;
+    if (stream != NULL) {
+        err = wait_on(stream, event);
+        sim_stream_unref(stream);
+    }
+    event_unref(event);
+    return err;
+}
+
 static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *api)
 {
     int err = ACL_SUCCESS;
@@ -351,6 +400,7 @@ static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *a
     int rc = wait_for(event, &target, deadline);
     if (target.stream != NULL)
         sim_stream_unref(target.stream);
+    event_unref(event);
     if (rc == SIM_TASK_AGAIN)
         return sim_error(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: the event did not complete within %d ms", api,
                          (int)timeout_ms);
@@ -370,10 +420,12 @@ SIM_EXPORT aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t t
     return synchronize(event, timeout, "aclrtSynchronizeEventWithTimeout");
 }
 
+/* CANN reports NOT_READY for an event "not recorded, or recorded but not executed": never
+ * recorded, reset since its last record ran, or with a record still queued. */
 static bool is_complete(sim_event_t *event)
 {
     pthread_mutex_lock(&event->lock);
-    bool complete = atomic_load(&event->completed) >= event->recorded;
+    bool complete = event->recorded > 0 && !event->cleared && atomic_load(&event->completed) >= event->recorded;
     pthread_mutex_unlock(&event->lock);
     return complete;
 }
@@ -387,6 +439,7 @@ SIM_EXPORT aclError aclrtQueryEventStatus(aclrtEvent handle, aclrtEventRecordedS
     if (event == NULL)
         return err;
     *status = is_complete(event) ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    event_unref(event);
     return ACL_SUCCESS;
 }
 
@@ -399,8 +452,11 @@ SIM_EXPORT aclError aclrtQueryEvent(aclrtEvent handle, aclrtEventStatus *status)
     if (event == NULL)
         return err;
     *status = is_complete(event) ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    event_unref(event);
     return ACL_SUCCESS;
 }
+
+static aclError elapsed(float *ms, sim_event_t *start, sim_event_t *end);
 
 SIM_EXPORT aclError aclrtEventElapsedTime(float *ms, aclrtEvent start_handle, aclrtEvent end_handle)
 {
@@ -411,8 +467,18 @@ SIM_EXPORT aclError aclrtEventElapsedTime(float *ms, aclrtEvent start_handle, ac
     if (start == NULL)
         return err;
     sim_event_t *end = lookup(end_handle, "aclrtEventElapsedTime", &err);
-    if (end == NULL)
+    if (end == NULL) {
+        event_unref(start);
         return err;
+    }
+    err = elapsed(ms, start, end);
+    event_unref(start);
+    event_unref(end);
+    return err;
+}
+
+static aclError elapsed(float *ms, sim_event_t *start, sim_event_t *end)
+{
     sim_event_t *events[2] = {start, end};
     int64_t stamps[2];
     for (int i = 0; i < 2; i++) {

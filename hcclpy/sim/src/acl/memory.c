@@ -598,13 +598,18 @@ SIM_EXPORT aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_bytes, size_
 /* -------------------------------------------------- synchronous copy / set */
 
 /* Checks one side of a copy: device memory must hold `bytes` from `ptr`. */
-static int check_side(const char *api, const char *what, const void *ptr, uint64_t bytes, bool must_be_device)
+/* Where a copy's kind says one of its pointers is. */
+enum side { SIDE_HOST, SIDE_DEVICE, SIDE_ANY };
+
+static int check_side(const char *api, const char *what, const void *ptr, uint64_t bytes, enum side side,
+                      const char *kind)
 {
     uint64_t room = 0;
     int device = sim_pointer_device(ptr, &room);
     if (device < 0) {
-        if (must_be_device)
-            return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not device memory from aclrtMalloc", api, what, ptr);
+        if (side == SIDE_DEVICE)
+            return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not device memory from aclrtMalloc%s%s", api, what,
+                             ptr, kind != NULL ? ", as " : "", kind != NULL ? kind : "");
         /* Host memory cannot be checked, but device memory outside every live allocation can: a
          * freed device buffer taken for host memory would be copied as far as `bytes` says, past
          * the end of the device's memory. */
@@ -613,6 +618,9 @@ static int check_side(const char *api, const char *what, const void *ptr, uint64
                              "(freed, or past the end of one)", api, what, ptr);
         return ACL_SUCCESS;
     }
+    if (side == SIDE_HOST)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is device memory (of device %d) but %s says host memory "
+                         "(ACL_MEMCPY_DEFAULT takes either)", api, what, ptr, device, kind);
     if (bytes > room)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %llu bytes at %s %p run %llu bytes past the end of its allocation",
                          api, (unsigned long long)bytes, what, ptr, (unsigned long long)(bytes - room));
@@ -627,25 +635,33 @@ int sim_check_copy(const char *api, void *dst, size_t destMax, const void *src, 
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", api, dst == NULL ? "dst" : "src");
     if (count > destMax)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", api, count, destMax);
-    bool dst_device, src_device;
+    /* The kind names both sides and both are checked alike: a side it calls device memory
+     * must be in a live allocation, a side it calls host memory must not be device memory.
+     * (CANN 9.x works the direction out from the pointers and ignores the kind; earlier
+     * versions take the kind at its word, so a wrong one is a bug to report, not to guess
+     * around.)  ACL_MEMCPY_DEFAULT takes either on both sides. */
+    enum side dst_side, src_side;
+    const char *name;
     switch (kind) {
-    case ACL_MEMCPY_HOST_TO_HOST: dst_device = false; src_device = false; break;
+    case ACL_MEMCPY_HOST_TO_HOST: dst_side = SIDE_HOST; src_side = SIDE_HOST; name = "ACL_MEMCPY_HOST_TO_HOST"; break;
     case ACL_MEMCPY_HOST_TO_DEVICE:
-    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: dst_device = true; src_device = false; break;
-    case ACL_MEMCPY_DEVICE_TO_HOST: dst_device = false; src_device = true; break;
+        dst_side = SIDE_DEVICE; src_side = SIDE_HOST; name = "ACL_MEMCPY_HOST_TO_DEVICE"; break;
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE:
+        dst_side = SIDE_DEVICE; src_side = SIDE_HOST; name = "ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE"; break;
+    case ACL_MEMCPY_DEVICE_TO_HOST:
+        dst_side = SIDE_HOST; src_side = SIDE_DEVICE; name = "ACL_MEMCPY_DEVICE_TO_HOST"; break;
     case ACL_MEMCPY_DEVICE_TO_DEVICE:
+        dst_side = SIDE_DEVICE; src_side = SIDE_DEVICE; name = "ACL_MEMCPY_DEVICE_TO_DEVICE"; break;
     case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
-    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: dst_device = true; src_device = true; break;
-    case ACL_MEMCPY_DEFAULT: dst_device = false; src_device = false; break;
+        dst_side = SIDE_DEVICE; src_side = SIDE_DEVICE; name = "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE"; break;
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE:
+        dst_side = SIDE_DEVICE; src_side = SIDE_DEVICE; name = "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE"; break;
+    case ACL_MEMCPY_DEFAULT: dst_side = SIDE_ANY; src_side = SIDE_ANY; name = NULL; break;
     default: return sim_error(ACL_ERROR_INVALID_PARAM, "%s: unknown copy kind %d", api, (int)kind);
     }
-    int err = check_side(api, "dst", dst, count, dst_device);
+    int err = check_side(api, "dst", dst, count, dst_side, name);
     if (err == ACL_SUCCESS)
-        err = check_side(api, "src", src, count, src_device);
-    if (err == ACL_SUCCESS && kind == ACL_MEMCPY_HOST_TO_HOST) {
-        if (sim_pointer_device(dst, NULL) >= 0 || sim_pointer_device(src, NULL) >= 0)
-            return sim_error(ACL_ERROR_INVALID_PARAM, "%s: ACL_MEMCPY_HOST_TO_HOST used on device memory", api);
-    }
+        err = check_side(api, "src", src, count, src_side, name);
     return err;
 }
 
@@ -657,7 +673,7 @@ int sim_check_set(const char *api, void *devPtr, size_t maxCount, size_t count)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", api);
     if (count > maxCount)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", api, count, maxCount);
-    return check_side(api, "devPtr", devPtr, count, true);
+    return check_side(api, "devPtr", devPtr, count, SIDE_DEVICE, NULL);
 }
 
 SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)

@@ -31,6 +31,9 @@ typedef struct {
 sim_device_t *sim_device(int device);
 /* The calling thread's current context, or NULL with an error recorded. */
 sim_context_t *sim_current_context(void);
+/* The default stream of the calling thread's current context, referenced (as
+ * sim_stream_acquire), or NULL with ACL_ERROR_RT_CONTEXT_NULL recorded. */
+sim_stream_t *sim_current_default_stream(void);
 int sim_device_check(int device);
 
 /* memory.c */
@@ -44,8 +47,9 @@ bool sim_host_pinned(const void *ptr, uint64_t bytes);
 int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out);
 int sim_stream_destroy(sim_stream_t *stream, bool force);
 int sim_stream_sync_all(int device, int64_t deadline_ns);
-/* Destroys every stream the user created on `device` (not the contexts' default streams):
- * for aclrtResetDevice dropping the device's last reference.  Their handles are refused after. */
+/* Destroys every stream the user created on `device` and stops the workers of the contexts'
+ * default streams (the streams themselves stay usable): for aclrtResetDevice dropping the
+ * device's last reference.  The destroyed streams' handles are refused after. */
 void sim_stream_release_device(int device);
 void *sim_stream_handle(const sim_stream_t *stream);
 void sim_stream_after_fork(void);

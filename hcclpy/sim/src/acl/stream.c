@@ -68,10 +68,22 @@ void sim_stream_ref(sim_stream_t *stream)
 
 void sim_stream_unref(sim_stream_t *stream)
 {
-    if (atomic_fetch_sub(&stream->refs, 1) == 1) {
-        pthread_mutex_destroy(&stream->lock);
-        free(stream);
+    if (atomic_fetch_sub(&stream->refs, 1) != 1)
+        return;
+    /* Tasks queued by a thread that held a reference while the stream was destroyed, after
+     * the destroy's last synchronisation, and that nobody synchronised: cancelled, so that
+     * what they hold (an event, a communicator's operation) is let go. */
+    sim_task_t *task = stream->head;
+    while (task != NULL) {
+        sim_task_t *next = task->next;
+        if (task->cancel != NULL)
+            task->cancel(task);
+        if (task->release != NULL)
+            task->release(task);
+        task = next;
     }
+    pthread_mutex_destroy(&stream->lock);
+    free(stream);
 }
 
 int sim_stream_device(const sim_stream_t *stream)
@@ -89,17 +101,21 @@ void *sim_stream_handle(const sim_stream_t *stream)
     return stream->handle;
 }
 
-sim_stream_t *sim_stream_resolve(const void *handle, int *err)
+static void *ref_stream(void *object)
+{
+    sim_stream_ref(object);
+    return object;
+}
+
+sim_stream_t *sim_stream_acquire(const void *handle, int *err)
 {
     if (handle == NULL) {
-        sim_context_t *context = sim_current_context();
-        if (context == NULL) {
+        sim_stream_t *stream = sim_current_default_stream();
+        if (stream == NULL)
             *err = ACL_ERROR_RT_CONTEXT_NULL;
-            return NULL;
-        }
-        return context->default_stream;
+        return stream;
     }
-    sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
+    sim_stream_t *stream = sim_handle_acquire(handle, SIM_KIND_STREAM, ref_stream);
     if (stream == NULL)
         *err = sim_error(ACL_ERROR_INVALID_PARAM, "%p is not a live stream (never created, destroyed, or released "
                          "by the aclrtResetDevice that released its device)", handle);
@@ -369,6 +385,27 @@ int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_def
     return ACL_SUCCESS;
 }
 
+/* Stops and joins the stream's worker; with `restartable`, the next enqueue starts a new one.
+ * (An enqueue racing with this finds the old worker still marked started: its task then runs
+ * when the stream is synchronised, which is where a device reset leaves such work anyway.) */
+static void stop_worker(sim_stream_t *stream, bool restartable)
+{
+    pthread_mutex_lock(&stream->lock);
+    bool started = stream->worker_started;
+    pthread_mutex_unlock(&stream->lock);
+    if (!started)
+        return;
+    atomic_store(&stream->stopping, true);
+    wake_worker(stream);
+    pthread_join(stream->worker, NULL);
+    if (restartable) {
+        pthread_mutex_lock(&stream->lock);
+        stream->worker_started = false;
+        atomic_store(&stream->stopping, false);
+        pthread_mutex_unlock(&stream->lock);
+    }
+}
+
 int sim_stream_destroy(sim_stream_t *stream, bool force)
 {
     if (force)
@@ -380,14 +417,7 @@ int sim_stream_destroy(sim_stream_t *stream, bool force)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%p was destroyed meanwhile (by another thread, or by the "
                          "aclrtResetDevice that released its device)", stream->handle);
     unregister_stream(stream);
-    pthread_mutex_lock(&stream->lock);
-    bool started = stream->worker_started;
-    pthread_mutex_unlock(&stream->lock);
-    if (started) {
-        atomic_store(&stream->stopping, true);
-        wake_worker(stream);
-        pthread_join(stream->worker, NULL);
-    }
+    stop_worker(stream, false);
     sim_stream_unref(stream);
     return ACL_SUCCESS;
 }
@@ -400,15 +430,19 @@ void sim_stream_release_device(int device)
     /* Out of host memory, the streams stay usable: better than a reset that fails half done. */
     sim_stream_t **streams = malloc((dev->stream_count ? dev->stream_count : 1) * sizeof *streams);
     for (size_t i = 0; streams != NULL && i < dev->stream_count; i++) {
-        /* Default streams belong to their contexts, which outlive the reset. */
-        if (dev->streams[i]->is_default)
-            continue;
         streams[count] = dev->streams[i];
         sim_stream_ref(streams[count++]); /* alive until this function is done with it */
     }
     pthread_mutex_unlock(&dev->streams_lock);
     for (size_t i = 0; i < count; i++) {
-        sim_stream_destroy(streams[i], false);
+        /* Default streams belong to their contexts, which outlive the reset; their workers do
+         * not: a program that resets its devices and returns from main leaves no thread
+         * behind (valgrind and sanitizers report such threads' stacks as leaks).  The next
+         * use of the stream starts a worker again. */
+        if (streams[i]->is_default)
+            stop_worker(streams[i], true);
+        else
+            sim_stream_destroy(streams[i], false);
         sim_stream_unref(streams[i]);
     }
     free(streams);
@@ -489,13 +523,16 @@ SIM_EXPORT aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t pr
 
 static aclError destroy_stream(aclrtStream handle, bool force, const char *api)
 {
-    sim_stream_t *stream = sim_handle_get(handle, SIM_KIND_STREAM);
+    /* Referenced: of two threads destroying one stream, the one that loses may still be
+     * synchronising it when the other frees the handle (sim_stream_destroy). */
+    sim_stream_t *stream = sim_handle_acquire(handle, SIM_KIND_STREAM, ref_stream);
     if (stream == NULL)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live stream (never created, destroyed, or "
                          "released by the aclrtResetDevice that released its device)", api, handle);
-    if (stream->is_default)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: a default stream cannot be destroyed", api);
-    return sim_stream_destroy(stream, force);
+    int err = stream->is_default ? sim_error(ACL_ERROR_INVALID_PARAM, "%s: a default stream cannot be destroyed", api)
+                                 : sim_stream_destroy(stream, force);
+    sim_stream_unref(stream);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
@@ -508,13 +545,21 @@ SIM_EXPORT aclError aclrtDestroyStreamForce(aclrtStream stream)
     return destroy_stream(stream, true, "aclrtDestroyStreamForce");
 }
 
+/* Every entry point below holds a reference on its stream until it returns (sim_stream_acquire).
+ * A stream destroyed by another thread while this one synchronises it stays allocated until this
+ * one is done; aclrtDestroyStream waits for the same work first, so such a synchronisation ends
+ * as if the destroy had come after it: when the work is done, with the stream's status (success,
+ * or ACL_ERROR_RT_STREAM_ABORT after aclrtDestroyStreamForce).  A call that starts after the
+ * destroy finds no live stream (ACL_ERROR_INVALID_PARAM). */
 SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream handle)
 {
     int err = ACL_SUCCESS;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
-    return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+    err = sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+    sim_stream_unref(stream);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_t timeout)
@@ -523,17 +568,21 @@ SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStreamWithTimeout: timeout %d must be -1 "
                          "(no limit) or >= 0 milliseconds", (int)timeout);
     int err = ACL_SUCCESS;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
     if (timeout == 0) {
         /* Only asks whether the work is done: nothing is run or waited for. */
         if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued))
-            return sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "the stream still has work queued");
-        return sim_stream_sync_to(stream, 0, SIM_NO_DEADLINE); /* reports a sticky error */
+            err = sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "the stream still has work queued");
+        else
+            err = sim_stream_sync_to(stream, 0, SIM_NO_DEADLINE); /* reports a sticky error */
+    } else {
+        int64_t deadline = timeout < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout * SIM_NS_PER_MS;
+        err = sim_stream_sync_to(stream, atomic_load(&stream->enqueued), deadline);
     }
-    int64_t deadline = timeout < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout * SIM_NS_PER_MS;
-    return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), deadline);
+    sim_stream_unref(stream);
+    return err;
 }
 
 /* --------------------------------------------------------- copies and sets */
@@ -599,16 +648,18 @@ SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src,
     int err = sim_check_copy("aclrtMemcpyAsync", dst, destMax, src, count, kind);
     if (err != ACL_SUCCESS)
         return err;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
-    if (count == 0)
-        return ACL_SUCCESS;
-    /* Copies from or to pageable host memory return when they are done. */
-    bool dst_host = sim_pointer_device(dst, NULL) < 0, src_host = sim_pointer_device(src, NULL) < 0;
-    bool pageable = (dst_host && !sim_host_pinned(dst, count)) || (src_host && !sim_host_pinned(src, count));
-    bool streaming = dst_host && count >= SIM_STREAMING_COPY_BYTES;
-    return enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable, streaming);
+    if (count != 0) {
+        /* Copies from or to pageable host memory return when they are done. */
+        bool dst_host = sim_pointer_device(dst, NULL) < 0, src_host = sim_pointer_device(src, NULL) < 0;
+        bool pageable = (dst_host && !sim_host_pinned(dst, count)) || (src_host && !sim_host_pinned(src, count));
+        bool streaming = dst_host && count >= SIM_STREAMING_COPY_BYTES;
+        err = enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable, streaming);
+    }
+    sim_stream_unref(stream);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream handle)
@@ -616,12 +667,13 @@ SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t valu
     int err = sim_check_set("aclrtMemsetAsync", devPtr, maxCount, count);
     if (err != ACL_SUCCESS)
         return err;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
-    if (count == 0)
-        return ACL_SUCCESS;
-    return enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false, false);
+    if (count != 0)
+        err = enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false, false);
+    sim_stream_unref(stream);
+    return err;
 }
 
 /* -------------------------------------------------------------- callbacks */
@@ -655,12 +707,8 @@ static report_queue_t *find_queue(uint64_t thread)
     return NULL;
 }
 
-SIM_EXPORT aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream handle)
+static aclError subscribe_report(uint64_t threadId, sim_stream_t *stream)
 {
-    int err = ACL_SUCCESS;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
-    if (stream == NULL)
-        return err;
     pthread_mutex_lock(&g_report_lock);
     uint64_t current = atomic_load(&stream->report_thread);
     if (current != 0) {
@@ -690,12 +738,19 @@ SIM_EXPORT aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream handle)
     return ACL_SUCCESS;
 }
 
-SIM_EXPORT aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream handle)
+SIM_EXPORT aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream handle)
 {
     int err = ACL_SUCCESS;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
+    err = subscribe_report(threadId, stream);
+    sim_stream_unref(stream);
+    return err;
+}
+
+static aclError unsubscribe_report(uint64_t threadId, sim_stream_t *stream)
+{
     pthread_mutex_lock(&g_report_lock);
     report_queue_t *queue = find_queue(threadId);
     if (queue == NULL || atomic_load(&stream->report_thread) != threadId) {
@@ -707,6 +762,17 @@ SIM_EXPORT aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream handle
     queue->subscriptions--;
     pthread_mutex_unlock(&g_report_lock);
     return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream handle)
+{
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    err = unsubscribe_report(threadId, stream);
+    sim_stream_unref(stream);
+    return err;
 }
 
 typedef struct {
@@ -765,17 +831,9 @@ static void free_callback_task(sim_task_t *task)
     free(cb);
 }
 
-SIM_EXPORT aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
-                                        aclrtStream handle)
+static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                               sim_stream_t *stream)
 {
-    if (fn == NULL)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: fn is NULL");
-    if (blockType != ACL_CALLBACK_NO_BLOCK && blockType != ACL_CALLBACK_BLOCK)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: unknown block type %d", (int)blockType);
-    int err = ACL_SUCCESS;
-    sim_stream_t *stream = sim_stream_resolve(handle, &err);
-    if (stream == NULL)
-        return err;
     uint64_t thread = atomic_load(&stream->report_thread);
     if (thread == 0)
         return sim_error(ACL_ERROR_RT_STREAM_NO_CB_REG, "aclrtLaunchCallback: no thread is subscribed to this stream "
@@ -797,6 +855,22 @@ SIM_EXPORT aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtC
     task->report = report;
     sim_stream_enqueue(stream, &task->base);
     return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                                        aclrtStream handle)
+{
+    if (fn == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: fn is NULL");
+    if (blockType != ACL_CALLBACK_NO_BLOCK && blockType != ACL_CALLBACK_BLOCK)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchCallback: unknown block type %d", (int)blockType);
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    err = launch_callback(fn, userData, blockType, stream);
+    sim_stream_unref(stream);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtProcessReport(int32_t timeout)

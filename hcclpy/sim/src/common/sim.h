@@ -74,7 +74,15 @@ SIM_EXPORT bool sim_parse_size(const char *text, uint64_t *out);
 enum sim_kind { SIM_KIND_STREAM = 1, SIM_KIND_EVENT, SIM_KIND_CONTEXT, SIM_KIND_COMM };
 
 SIM_EXPORT void *sim_handle_new(enum sim_kind kind, void *object);
+/* The object of a live handle, without a reference: only for objects nobody
+ * else can free meanwhile (or for comparing with a pointer already held). */
 SIM_EXPORT void *sim_handle_get(const void *handle, enum sim_kind kind);
+/* Calls ref(object) on the object of a live handle before anyone can free it
+ * (see sim_handle_free) and returns what ref returns (the object, or what ref
+ * took its reference on); NULL, with ref not called, when the handle is not
+ * live.  Every entry point that uses an object a user may destroy from another
+ * thread meanwhile gets it this way and drops the reference when done. */
+SIM_EXPORT void *sim_handle_acquire(const void *handle, enum sim_kind kind, void *(*ref)(void *object));
 /* Frees a live handle; false if it was not live (never made, or freed already): of two
  * threads freeing one handle, exactly one gets true and owns the object's teardown. */
 SIM_EXPORT bool sim_handle_free(const void *handle);
@@ -162,8 +170,11 @@ struct sim_task {
 
 typedef struct sim_stream sim_stream_t;
 
-/* Resolves a stream handle; NULL means the current context's default stream. */
-SIM_EXPORT sim_stream_t *sim_stream_resolve(const void *handle, int *err);
+/* Resolves a stream handle (NULL means the current context's default stream)
+ * and takes a reference, dropped with sim_stream_unref: the stream's memory
+ * then outlives an aclrtDestroyStream from another thread.  NULL with *err set
+ * (and the error recorded) when the handle is not a live stream. */
+SIM_EXPORT sim_stream_t *sim_stream_acquire(const void *handle, int *err);
 SIM_EXPORT int sim_stream_device(const sim_stream_t *stream);
 /* Queues a task; the stream takes ownership (it calls task->release).
  * Returns the task's place in the stream (1-based, as `target` below). */

@@ -23,7 +23,8 @@
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
-#define SEG_VERSION 3u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension */
+#define SEG_VERSION 4u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension;
+                        * 4: the mapping phase of creation */
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define DEFAULT_EXEC_TIMEOUT_S 1836.0
 
@@ -158,6 +159,17 @@ static seg_header_t *created_header(const uint8_t token[16])
         if (memcmp(entry->token, token, 16) == 0)
             return entry->header;
     return NULL;
+}
+
+bool hccl_root_info_pending(const rootinfo_wire_t *wire)
+{
+    pthread_mutex_lock(&g_created_lock);
+    bool pending = false;
+    for (created_t *entry = g_created; entry != NULL; entry = entry->next)
+        if (memcmp(entry->token, wire->token, 16) == 0)
+            pending = retire_reason(entry, sim_now_ns()) == RETIRED_NONE;
+    pthread_mutex_unlock(&g_created_lock);
+    return pending;
 }
 
 /* Why a root info of this process that cannot be opened any more was released ("" if unknown). */
@@ -304,6 +316,11 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
                               sizeof local.hcclCommName);
         snprintf(out->name, sizeof out->name, "%s", local.hcclCommName);
     }
+    /* 0 is the default; 1 to 6 name the products' modes (reference §2.7.6), which the simulator
+     * accepts and ignores: it expands every operation itself. */
+    if (version >= 4 && size > offsetof(HcclCommConfig, hcclOpExpansionMode) && local.hcclOpExpansionMode > 6)
+        return hccl_error(HCCL_E_PARA, "%s: hcclOpExpansionMode must be in [0, 6], got %u", api,
+                          local.hcclOpExpansionMode);
     if (version >= 5 && size > offsetof(HcclCommConfig, hcclRdmaServiceLevel)) {
         if (local.hcclRdmaTrafficClass != HCCL_COMM_TRAFFIC_CLASS_CONFIG_NOT_SET &&
             (local.hcclRdmaTrafficClass > 255 || local.hcclRdmaTrafficClass % 4 != 0))
@@ -313,6 +330,9 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
             return hccl_error(HCCL_E_PARA, "%s: hcclRdmaServiceLevel must be in [0, 7], got %u", api,
                               local.hcclRdmaServiceLevel);
     }
+    if (version >= 10 && size > offsetof(HcclCommConfig, hcclQos) && local.hcclQos != HCCL_COMM_QOS_CONFIG_NOT_SET &&
+        local.hcclQos > 7)
+        return hccl_error(HCCL_E_PARA, "%s: hcclQos must be in [0, 7] (or unset), got %u", api, local.hcclQos);
     if (version >= 8 && size > offsetof(HcclCommConfig, hcclExecTimeOut)) {
         int32_t timeout = local.hcclExecTimeOut;
         if (timeout != HCCL_COMM_EXECTIMEOUT_CONFIG_NOT_SET) {
@@ -413,6 +433,76 @@ hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err)
     if (comm == NULL)
         *err = hccl_error(HCCL_E_PARA, "%s: %p is not a live communicator (never created, or destroyed)", api, handle);
     return comm;
+}
+
+/* ------------------------------------------------- names of live communicators
+ *
+ * hcclCommName must be unique (reference §2.7.6): a process refuses a second live communicator
+ * with the name of one it has.  The ranks of one communicator that one process drives (threads,
+ * HcclCommInitAll) share its name: they have the same segment token.  A name is taken when the
+ * communicator is formed and given back by HcclCommDestroy. */
+static pthread_mutex_t g_names_lock = PTHREAD_MUTEX_INITIALIZER;
+static hccl_comm_t *g_named;
+
+/* The live communicator named `name` other than that of segment `token` (NULL: any); lock held. */
+static hccl_comm_t *named_other(const char *name, const uint8_t *token)
+{
+    for (hccl_comm_t *c = g_named; c != NULL; c = c->next_named)
+        if (strcmp(c->name, name) == 0 && (token == NULL || memcmp(c->header->token, token, 16) != 0))
+            return c;
+    return NULL;
+}
+
+static int name_refused(const char *api, const char *name)
+{
+    return hccl_error(HCCL_E_PARA, "%s: hcclCommName '%s' is the name of another live communicator of this "
+                      "process; names must be unique (destroy that one first, or pick another name)", api, name);
+}
+
+/* HCCL_E_PARA if another live communicator has the name a rank asks for. */
+static int name_check(const char *api, const char *name, const uint8_t token[16])
+{
+    if (name[0] == '\0')
+        return HCCL_SUCCESS;
+    pthread_mutex_lock(&g_names_lock);
+    bool taken = named_other(name, token) != NULL;
+    pthread_mutex_unlock(&g_names_lock);
+    return taken ? name_refused(api, name) : HCCL_SUCCESS;
+}
+
+static int name_take(const char *api, hccl_comm_t *comm)
+{
+    pthread_mutex_lock(&g_names_lock);
+    bool taken = named_other(comm->name, comm->header->token) != NULL;
+    if (!taken) {
+        comm->next_named = g_named;
+        g_named = comm;
+        comm->named = true;
+    }
+    pthread_mutex_unlock(&g_names_lock);
+    return taken ? name_refused(api, comm->name) : HCCL_SUCCESS;
+}
+
+static void name_give_back(hccl_comm_t *comm)
+{
+    pthread_mutex_lock(&g_names_lock);
+    for (hccl_comm_t **link = &g_named; comm->named && *link != NULL; link = &(*link)->next_named) {
+        if (*link == comm) {
+            *link = comm->next_named;
+            comm->named = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_names_lock);
+}
+
+HcclComm hccl_comm_find_name(const char *name)
+{
+    pthread_mutex_lock(&g_names_lock);
+    hccl_comm_t *comm = named_other(name, NULL);
+    HcclComm handle = comm != NULL ? comm->handle : NULL;
+    pthread_mutex_unlock(&g_names_lock);
+    return handle;
 }
 
 /* Called after publishing anything a waiter looks at.  Waiters that may
@@ -586,6 +676,23 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
     return HCCL_SUCCESS;
 }
 
+bool hccl_root_info_used(const rootinfo_wire_t *wire, char *why, size_t why_len)
+{
+    int fd;
+    seg_header_t *header;
+    if (open_segment(wire, &fd, &header) != HCCL_SUCCESS) {
+        snprintf(why, why_len, "%s", sim_error_text());
+        return true;
+    }
+    uint32_t joined = atomic_load(&header->joined), nranks = atomic_load(&header->nranks);
+    bool formed = (joined & SEG_JOIN_ABORTED) == 0 && nranks != 0 && joined >= nranks;
+    if (formed)
+        snprintf(why, why_len, "its communicator has already been formed");
+    munmap(header, SEG_HEADER_BYTES);
+    close(fd);
+    return formed;
+}
+
 static uint64_t round_up(uint64_t value, uint64_t to)
 {
     return (value + to - 1) / to * to;
@@ -673,6 +780,48 @@ static int wait_for_ranks(hccl_comm_t *comm, int64_t deadline)
     }
 }
 
+/* Waits until every rank has mapped its peers' device memory.  A rank maps a peer's memory
+ * through the peer's process (/proc/<pid>/fd), and once mapped the memory outlives that process:
+ * only when all ranks have mapped all memory may any of them return, and so perhaps destroy the
+ * communicator and exit.  A rank that dies before it has mapped fails the others at once. */
+static int wait_for_mapped(hccl_comm_t *comm, int64_t deadline)
+{
+    seg_header_t *header = comm->header;
+    sim_backoff_t backoff;
+    sim_backoff_init(&backoff);
+    int64_t next_check = 0;
+    for (;;) {
+        if (atomic_load_explicit(&header->mapped, memory_order_acquire) >= comm->nranks)
+            return HCCL_SUCCESS;
+        int64_t now = sim_now_ns();
+        HcclResult code = (HcclResult)atomic_load(&header->abort_code);
+        if (code != HCCL_SUCCESS)
+            return hccl_error(HCCL_E_REMOTE, "communicator initialisation failed on another rank: %s",
+                              hccl_abort_text(header));
+        bool late = now > deadline;
+        if (late || now > next_check) {
+            char missing[256] = "";
+            size_t used = 0;
+            for (uint32_t r = 0; r < comm->nranks; r++) {
+                slot_head_t *slot = comm_slot(comm, r);
+                if (atomic_load_explicit(&slot->mapped, memory_order_acquire))
+                    continue;
+                if (!sim_process_alive(slot->pid, slot->start_time))
+                    return hccl_error(HCCL_E_REMOTE, "rank %u (pid %d) exited during communicator initialisation",
+                                      r, (int)slot->pid);
+                if (used < sizeof missing - 16)
+                    used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%u", used ? ", " : "", r);
+            }
+            if (late)
+                return hccl_error(HCCL_E_TIMEOUT, "communicator initialisation timed out after HCCL_CONNECT_TIMEOUT: "
+                                  "every rank joined, but rank(s) %s did not finish connecting", missing);
+            next_check = now + 50 * SIM_NS_PER_MS;
+        }
+        if (sim_backoff_step(&backoff))
+            usleep(200);
+    }
+}
+
 static int check_devices(hccl_comm_t *comm)
 {
     for (uint32_t a = 0; a < comm->nranks; a++) {
@@ -705,6 +854,9 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
         return hccl_error(HCCL_E_PARA, "%s: rank %u is out of range for nRanks=%u", api, rank, nranks);
     parsed_config_t parsed;
     int err = parse_config(config, api, &parsed);
+    if (err != HCCL_SUCCESS)
+        return err;
+    err = name_check(api, parsed.name, wire->token);
     if (err != HCCL_SUCCESS)
         return err;
     sim_arena_loc_t arena;
@@ -795,6 +947,12 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
             err = hccl_error(HCCL_E_RUNTIME, "%s: cannot reach the device memory of rank %u: %s", api, r,
                              sim_error_text());
     }
+    if (err == HCCL_SUCCESS) {
+        atomic_store_explicit(&slot->mapped, 1, memory_order_release);
+        atomic_fetch_add_explicit(&comm->header->mapped, 1, memory_order_acq_rel);
+        hccl_wake(comm);
+        err = wait_for_mapped(comm, deadline);
+    }
     if (err != HCCL_SUCCESS) {
         char text[512];
         snprintf(text, sizeof text, "%s", sim_error_text());
@@ -813,20 +971,22 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
         for (int i = 0; i < 8; i++)
             snprintf(comm->name + strlen(comm->name), 3, "%02x", wire->token[i]);
     }
+    /* The name is taken once there is a handle for a lookup by name to find. */
     comm->handle = sim_handle_new(SIM_KIND_COMM, comm);
-    if (comm->handle == NULL) {
+    err = comm->handle == NULL ? hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api) : name_take(api, comm);
+    if (err != HCCL_SUCCESS) {
+        char text[512];
+        snprintf(text, sizeof text, "%s", sim_error_text());
+        hccl_comm_abort(comm, (HcclResult)err, "rank %u failed to initialise: %s", rank, text);
         atomic_store(&slot->state, SLOT_LEFT);
+        if (comm->handle != NULL)
+            sim_handle_free(comm->handle);
         hccl_comm_unref(comm);
-        return hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api);
+        hccl_error((HcclResult)err, "%s", text);
+        return err;
     }
     *out = comm->handle;
     return HCCL_SUCCESS;
-}
-
-int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
-                   int device, const char *node, HcclComm *out)
-{
-    return comm_init("HcclCommInitRootInfo", nranks, wire, rank, config, device, node, out);
 }
 
 static int current_device(const char *api, int *device)
@@ -852,8 +1012,8 @@ static int init_root_info(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_
     rootinfo_wire_t wire;
     memcpy(&wire, rootInfo->internal, sizeof wire);
     if (hccl_group_active())
-        return hccl_group_add_init(nRanks, &wire, rank, config, device, comm);
-    return hccl_comm_init(nRanks, &wire, rank, config, device, NULL, comm);
+        return hccl_group_add_init(api, nRanks, &wire, rank, config, device, comm);
+    return comm_init(api, nRanks, &wire, rank, config, device, NULL, comm);
 }
 
 HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, HcclComm *comm)
@@ -935,10 +1095,15 @@ static void *init_job_main(void *arg)
         snprintf(job->text, sizeof job->text, "aclrtSetDevice(%d) failed: %s", job->device, sim_error_text());
         return NULL;
     }
-    job->err = hccl_comm_init(job->nranks, &job->wire, job->rank, job->has_config ? &job->config : NULL,
-                              job->device, NULL, &job->comm);
+    job->err = comm_init(job->api, job->nranks, &job->wire, job->rank, job->has_config ? &job->config : NULL,
+                         job->device, NULL, &job->comm);
     if (job->err != HCCL_SUCCESS)
         snprintf(job->text, sizeof job->text, "%s", sim_error_text());
+    /* The device was set only for the initialisation: the communicator keeps the device's memory
+     * (which a reset does not take away), and a reference left here would keep the caller's own
+     * aclrtResetDevice from releasing the device. */
+    if (job->set_device)
+        aclrtResetDevice(job->device);
     return NULL;
 }
 
@@ -1008,6 +1173,7 @@ HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *c
         jobs[i].wire = wire;
         jobs[i].device = devices[i];
         jobs[i].set_device = true;
+        jobs[i].api = api;
     }
     err = hccl_run_init_jobs(jobs, ndev);
     if (err == HCCL_SUCCESS)
@@ -1314,6 +1480,7 @@ HCCL_API HcclResult HcclCommDestroy(HcclComm handle)
         return hccl_error(HCCL_E_PARA, "HcclCommDestroy: %p is not a live communicator (destroyed by another "
                           "thread)", handle);
     }
+    name_give_back(comm);
     atomic_store(&comm_slot(comm, comm->rank)->state, SLOT_LEFT);
     hccl_wake(comm);
     hccl_comm_unref(comm); /* the lookup's */
@@ -1466,6 +1633,7 @@ void hccl_comm_after_fork(void)
 {
     pthread_mutex_init(&g_created_lock, NULL);
     pthread_mutex_init(&g_spare_lock, NULL);
+    pthread_mutex_init(&g_names_lock, NULL);
     while (g_created != NULL) {
         created_t *entry = g_created;
         g_created = entry->next;

@@ -58,11 +58,14 @@ HCCL_API const char *HcclGetErrorString(HcclResult code)
     return info == NULL ? "unknown error code" : info->text;
 }
 
+/* Formatted here first, then recorded: an argument may be the text of the previous error
+ * (sim_error_text()), which recording overwrites while it is being read. */
 int hccl_error(HcclResult code, const char *fmt, ...)
 {
+    char text[1024]; /* the size of the text sim_error keeps */
     va_list ap;
     va_start(ap, fmt);
-    sim_verror((int)code, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    return (int)code;
+    return sim_error((int)code, "%s", text);
 }

@@ -12,9 +12,12 @@
 
 #include "hccl/internal.h"
 
+/* A held operation keeps a reference on its stream until it is queued or dropped: a stream
+ * destroyed meanwhile is then still memory to compare with (release_ops) rather than freed. */
 typedef struct held {
     struct held *next;
     op_task_t *op;
+    sim_stream_t *stream;
 } held_t;
 
 static __thread int t_depth;
@@ -35,6 +38,8 @@ int hccl_group_add_op(op_task_t *op)
         return hccl_error(HCCL_E_MEMORY, "out of host memory");
     }
     entry->op = op;
+    entry->stream = op->stream;
+    sim_stream_ref(entry->stream);
     if (t_ops_tail == NULL)
         t_ops = entry;
     else
@@ -43,8 +48,8 @@ int hccl_group_add_op(op_task_t *op)
     return HCCL_SUCCESS;
 }
 
-int hccl_group_add_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
-                        int device, HcclComm *out)
+int hccl_group_add_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
+                        const HcclCommConfig *config, int device, HcclComm *out)
 {
     if (t_init_count == t_init_capacity) {
         uint32_t capacity = t_init_capacity ? t_init_capacity * 2 : 8;
@@ -56,6 +61,7 @@ int hccl_group_add_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t r
     }
     init_job_t *job = &t_inits[t_init_count++];
     memset(job, 0, sizeof *job);
+    job->api = api;
     job->nranks = nranks;
     job->rank = rank;
     job->wire = *wire;
@@ -106,6 +112,7 @@ static void drop_held(void)
         t_ops = entry->next;
         if (entry->op != NULL)
             hccl_op_free(entry->op);
+        sim_stream_unref(entry->stream);
         free(entry);
     }
     t_ops_tail = NULL;
@@ -157,6 +164,7 @@ static int release_ops(void)
         t_ops = entry->next;
         if (entry->op != NULL)
             hccl_op_submit(entry->op);
+        sim_stream_unref(entry->stream);
         free(entry);
     }
     t_ops_tail = NULL;

@@ -61,6 +61,9 @@ typedef struct {
     _Atomic uint32_t layout_ready;
     _Atomic uint32_t joined;        /* ranks joined, | SEG_JOIN_ABORTED */
     _Atomic int64_t last_join_ns;   /* when a rank last joined (the root info's expiry counts from it) */
+    /* Ranks that have mapped every peer's device memory (comm.c wait_for_mapped): a rank reaches a
+     * peer's memory through the peer's process, so no rank returns (and may exit) before all have. */
+    _Atomic uint32_t mapped;
     uint64_t slot_bytes;
     uint64_t total_bytes;
     SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped on publishing while a waiter sleeps */
@@ -101,6 +104,7 @@ typedef struct {
     SIM_ALIGNED _Atomic uint32_t state;
     /* HcclCommSuspend on this rank: a peer's operation that needs the rank meanwhile fails (exec.c). */
     _Atomic uint32_t suspended;
+    _Atomic uint32_t mapped;  /* this rank has mapped every peer's device memory */
     int32_t pid;
     uint64_t start_time;
     int32_t device;         /* logical, in its own process */
@@ -147,6 +151,8 @@ typedef struct hccl_comm {
     int device;
     bool is_subcomm;
     char name[HCCL_SIM_NAME_BYTES];
+    bool named;                     /* in the registry of live names (comm.c) */
+    struct hccl_comm *next_named;
 
     char *segment;
     uint64_t segment_bytes;
@@ -204,6 +210,8 @@ const char *hccl_result_name(HcclResult code);
  * or NULL with `err` set: a concurrent HcclCommDestroy cannot free it under the caller. */
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
 void hccl_comm_unref(hccl_comm_t *comm);
+/* The handle of a live communicator of this process named `name`, or NULL. */
+HcclComm hccl_comm_find_name(const char *name);
 /* Marks the communicator broken on every rank (first failure wins). */
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
 /* The same, recording rank `rank` as the one that broke it. */
@@ -219,8 +227,13 @@ int hccl_get_root_info(rootinfo_wire_t *wire);
  * that already joined with it fail at once (with `code`, PARA or REMOTE, quoting `why`), and it
  * is released. */
 void hccl_root_info_abandon(const rootinfo_wire_t *wire, HcclResult code, const char *why);
-int hccl_comm_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
-                   int device, const char *node, HcclComm *out);
+/* Whether ranks may still join with a root info this process made: it is held, and its
+ * communicator is neither formed nor failed (false for any other root info). */
+bool hccl_root_info_pending(const rootinfo_wire_t *wire);
+/* Whether a rank can no longer join with `wire` because its communicator has been formed or the
+ * root info was released (`why` says which); a communicator that failed while forming is not
+ * "used": joining it reports the failure. */
+bool hccl_root_info_used(const rootinfo_wire_t *wire, char *why, size_t why_len);
 void hccl_comm_after_fork(void);
 
 /* Publishes progress and wakes ranks sleeping on the communicator. */
@@ -313,6 +326,7 @@ void hccl_op_cancel(sim_task_t *task);
 /* Several communicator initialisations run at once, one thread each. */
 typedef struct {
     pthread_t thread;
+    const char *api;        /* the call that asked for it, for messages */
     uint32_t nranks, rank;
     rootinfo_wire_t wire;
     HcclCommConfig config;
@@ -330,8 +344,8 @@ int hccl_run_init_jobs(init_job_t *jobs, uint32_t count);
 /* group.c */
 bool hccl_group_active(void);
 int hccl_group_add_op(op_task_t *op);
-int hccl_group_add_init(uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank, const HcclCommConfig *config,
-                        int device, HcclComm *out);
+int hccl_group_add_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
+                        const HcclCommConfig *config, int device, HcclComm *out);
 
 /* ranktable.c */
 

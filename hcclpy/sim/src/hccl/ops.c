@@ -86,12 +86,17 @@ typedef struct {
 } call_t;
 
 /* An entry point's call_t holds the reference hccl_comm_lookup took (a concurrent
- * HcclCommDestroy cannot free the communicator under it) and gives it back when the entry point
- * returns, whichever way it returns. */
+ * HcclCommDestroy cannot free the communicator under it) and one on the stream (a concurrent
+ * aclrtDestroyStream cannot free it while the operation is queued and started on it,
+ * hccl_op_submit), and gives them back when the entry point returns, whichever way it returns.
+ * Once queued, an operation needs no reference of its own: a stream is destroyed only after its
+ * work is done. */
 static void end_call(call_t *call)
 {
     if (call->comm != NULL)
         hccl_comm_unref(call->comm);
+    if (call->stream != NULL)
+        sim_stream_unref(call->stream);
 }
 
 #define CALL(name) call_t name __attribute__((cleanup(end_call))) = {0}
@@ -109,7 +114,7 @@ static int begin(call_t *call, const char *api, uint32_t type, HcclComm comm_han
     if (stream_handle == NULL)
         return hccl_error(HCCL_E_PTR, "%s: stream is NULL (HCCL operations need a stream from aclrtCreateStream)",
                           api);
-    call->stream = sim_handle_get(stream_handle, SIM_KIND_STREAM);
+    call->stream = sim_stream_acquire(stream_handle, &err); /* referenced: see aclrtDestroyStream */
     call->stream_handle = stream_handle;
     if (call->stream == NULL)
         return hccl_error(HCCL_E_PARA, "%s: %p is not a live stream (never created, destroyed, or released by the "

@@ -3,8 +3,8 @@
  * The rank table (JSON, reference §5.1) says how many ranks there are and
  * which server and device each one uses.  There is no root info to pass
  * around, so rank 0 creates one and serves it on an abstract Unix socket
- * whose name is derived from the table's path and contents; the other ranks
- * connect and read it.  Abstract sockets vanish with their process: nothing
+ * whose name is derived from the user and the table's contents; the other
+ * ranks connect and read it.  Abstract sockets vanish with their process: nothing
  * is left behind.  Everything a rank can check alone (the table, its device) is checked before
  * rank 0 serves anything.
  */
@@ -380,10 +380,11 @@ static int parse_table(const char *path, const json_t *root, uint32_t rank, uint
 
 /* ------------------------------------------------------------- rendezvous */
 
-/* Rank 0's server: it hands the root info to every rank that connects until it is stopped
- * (hccl_rank_table_stop, once rank 0's initialisation has ended either way) or its deadline
- * passes.  It is stopped, never left behind: a server outliving a failed attempt would keep the
- * socket's name and hand the next attempt's ranks a root info nobody serves any more. */
+/* Rank 0's server: it hands the root info to every rank that connects while ranks may still join
+ * with it, until it is stopped (hccl_rank_table_stop, once rank 0's initialisation has ended
+ * either way) or its deadline passes.  It is stopped, never left behind: a server outliving a
+ * failed attempt would keep the socket's name and hand the next attempt's ranks a root info
+ * nobody serves any more. */
 struct rank_table_server {
     pthread_t thread;
     int listener;
@@ -407,21 +408,24 @@ static void *serve(void *arg)
         int client = accept4(server->listener, NULL, NULL, SOCK_CLOEXEC);
         if (client < 0)
             continue;
-        /* Best effort: a client that gets nothing connects again. */
-        ssize_t written = write(client, &server->wire, sizeof server->wire);
-        (void)written;
+        /* Once every rank has joined, a rank that connects is one that is done with this
+         * communicator and wants the next from the same table: it gets nothing (and connects
+         * again) until rank 0 serves the next root info.  Best effort otherwise: a client that
+         * gets nothing connects again. */
+        if (hccl_root_info_pending(&server->wire)) {
+            ssize_t written = write(client, &server->wire, sizeof server->wire);
+            (void)written;
+        }
         close(client);
     }
     return NULL;
 }
 
-static void socket_name(const char *path, const char *data, size_t size, struct sockaddr_un *addr, socklen_t *len)
+/* Named after the user and the table's contents, not its path: every rank may read its own copy
+ * of the table (one per server, as on a real cluster). */
+static void socket_name(const char *data, size_t size, struct sockaddr_un *addr, socklen_t *len)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
-    char resolved[PATH_MAX];
-    const char *name = realpath(path, resolved) != NULL ? resolved : path;
-    for (const char *c = name; *c != '\0'; c++)
-        h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
     for (size_t i = 0; i < size; i++)
         h = (h ^ (uint8_t)data[i]) * 0x100000001b3ULL;
     memset(addr, 0, sizeof *addr);
@@ -503,6 +507,7 @@ void hccl_rank_table_stop(rank_table_server_t *server)
 
 static int follow(const hccl_rank_table_t *table, int64_t deadline, rootinfo_wire_t *wire)
 {
+    char used[512] = ""; /* why the last root info received could not be used */
     for (;;) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
@@ -518,11 +523,16 @@ static int follow(const hccl_rank_table_t *table, int64_t deadline, rootinfo_wir
                 got += (size_t)n;
             }
             close(fd);
-            if (got == sizeof *wire)
+            /* A root info of the previous communicator from this table (its rank 0 still on the way
+             * out) is not this one's: wait for rank 0 to serve the next. */
+            if (got == sizeof *wire && !hccl_root_info_used(wire, used, sizeof used))
                 return HCCL_SUCCESS;
         } else {
             close(fd);
         }
+        if (sim_now_ns() > deadline && used[0] != '\0')
+            return hccl_error(HCCL_E_TIMEOUT, "HcclCommInitClusterInfo: rank 0 of the rank table served no new root "
+                              "info within HCCL_CONNECT_TIMEOUT (the one it served cannot be used: %s)", used);
         if (sim_now_ns() > deadline)
             return hccl_error(HCCL_E_TIMEOUT, "HcclCommInitClusterInfo: rank 0 of the rank table did not show up "
                               "within HCCL_CONNECT_TIMEOUT");
@@ -555,7 +565,7 @@ int hccl_rank_table_read(const char *path, uint32_t rank, hccl_rank_table_t *tab
     json_free(root);
     if (err == HCCL_SUCCESS) {
         table->device = (int)table_device;
-        socket_name(path, data, size, &table->addr, &table->addr_len);
+        socket_name(data, size, &table->addr, &table->addr_len);
     }
     free(data);
     return err;
