@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, NoReturn, Tuple
 
 from . import _ffi
 from .runtime import Device
@@ -35,7 +35,7 @@ class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
-                 "_closed_by", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
+                 "_closed_by", "_closing", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
                  "_layout_memo", "_batch_items", "_batch_memo", "_batch_seen", "_trace_info", "_trace_seq",
                  "_trace_p2p")
 
@@ -49,6 +49,7 @@ class CommCore:
         self._device_id = device.id
         self._name = name
         self._closed_by = ""
+        self._closing = False  # destroy() has begun: no new NumPy call may start (hcclpy.host)
         self._host_state: Any = None  # staging for NumPy arrays, created on first use (hcclpy.host)
         self._default_stream: Any = None  # the device's default stream, looked up on first use
         self._vector_cache: Dict[Any, Any] = {}  # count vectors already checked and converted to C
@@ -101,5 +102,9 @@ class CommCore:
     def _live_handle(self) -> Any:
         handle = self._handle
         if handle is None:
-            raise ValueError(f"communicator '{self._name}' was {self._closed_by or 'destroyed'}")
+            self._refuse_use()
         return handle
+
+    def _refuse_use(self) -> NoReturn:
+        """Raise the ValueError that says the communicator is gone (or not created yet)."""
+        raise ValueError(f"communicator '{self._name}' was {self._closed_by or 'destroyed'}")

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import numbers
 import os
 import tempfile
 import threading
@@ -28,7 +29,7 @@ import time
 import zlib
 from typing import Any, Mapping, Optional, Union
 
-from .communicator import Communicator
+from .communicator import Communicator, _rank_table_path
 from .config import CommConfig
 from .errors import CommTimeoutError
 from .rendezvous import RendezvousServer, fetch_root_info, job_token
@@ -153,6 +154,9 @@ def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
                 partial = (rank_var, size_var) if size is None else (size_var, rank_var)
             continue
         local = _int_env(env, local_var)
+        if local is not None and local < 0:
+            raise ValueError(f"environment variable {local_var}={local} must be >= 0: it is the process's place "
+                             "among the job's processes on its node")
         local_size = _int_env(env, local_size_var) if local_size_var else None
         job_id = _job_id(env, launcher, job_var, size, local_size)
         if launcher == "slurm":
@@ -253,24 +257,26 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     >>> comm.all_reduce(x)
     """
     global _world
+    # Every argument is checked before anything is exchanged or created.
+    config = CommConfig.coerce(config)
     launch = detect_launch()
     if mpi_comm is not None:
         rank, world_size = _ranks_of(mpi_comm, rank, world_size)
     sized_by_caller = world_size is not None or launch.launcher != "none"
     rank = launch.rank if rank is None else rank
     world_size = launch.world_size if world_size is None else world_size
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} must be an int in [0, {world_size})")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+    rank, world_size = int(rank), int(world_size)  # NumPy integers too
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < timeout < math.inf:
         raise ValueError(f"timeout={timeout!r} must be a positive, finite number of seconds")
-    if rank_table is not None and not os.path.isfile(rank_table):
-        raise FileNotFoundError(f"rank_table={rank_table!r}: no such file")
-    if store_path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(store_path))):
-        raise FileNotFoundError(f"store_path={store_path!r}: its directory does not exist")
-    if store_path is not None and os.path.isdir(store_path):
-        raise IsADirectoryError(f"store_path={store_path!r} is a directory; name a file in it")
+    timeout = float(timeout)
+    if rank_table is not None:
+        rank_table = _rank_table_path(rank_table, "rank_table")
+    if store_path is not None:
+        store_path = _store_path(store_path)
     # RANK_TABLE_FILE describes the cluster's jobs, and is often exported on CANN hosts: a process
     # that runs alone does not wait for a table's other ranks. rank_table= is always used.
     table = rank_table or os.environ.get("RANK_TABLE_FILE")
@@ -281,7 +287,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
             raise ValueError(f"the rank table {table} lists {listed} ranks but world_size is {world_size}")
     if device is None:
         count = device_count()
-        if launch.local_rank >= count:
+        if not 0 <= launch.local_rank < count:
             raise ValueError(f"local rank {launch.local_rank} has no device: {count} visible (set device=, or "
                              "ASCEND_RT_VISIBLE_DEVICES / HCCLPY_SIM_DEVICES)")
         device = launch.local_rank
@@ -309,6 +315,20 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
             comm = _init_tcp(launch, rank, world_size, dev, config, timeout)
         _world = comm
         return comm
+
+
+def _store_path(path: Any) -> str:
+    """``store_path`` checked: a path (str, bytes or os.PathLike) to a file in a directory that exists."""
+    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+        raise TypeError(f"store_path must be a path to a file (str or os.PathLike), got {type(path).__name__}")
+    text = os.fsdecode(os.fspath(path))
+    if not text or "\0" in text:
+        raise ValueError(f"store_path={text!r} must be a non-empty path with no NUL byte")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+        raise FileNotFoundError(f"store_path={text!r}: its directory does not exist")
+    if os.path.isdir(text):
+        raise IsADirectoryError(f"store_path={text!r} is a directory; name a file in it")
+    return text
 
 
 def _ranks_of(mpi_comm: Any, rank: Optional[int], world_size: Optional[int]) -> Any:

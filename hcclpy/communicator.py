@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -98,6 +99,25 @@ def _device_for(device: Any) -> Device:
     return Device.current() or Device(0)
 
 
+def _rank_table_path(path: Any, argument: str) -> str:
+    """``path`` (str, bytes or os.PathLike) as text, checked to name an existing rank-table file
+    (HCCL would cut a path at a NUL byte, or report a missing file only as a failed init).
+
+    Raises TypeError for another type, ValueError for an empty path, one with a NUL byte or of
+    4096 bytes or more, FileNotFoundError / IsADirectoryError when it names no file."""
+    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+        raise TypeError(f"{argument} must be a path to the rank table (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    text = os.fsdecode(os.fspath(path))
+    if not text or "\0" in text or len(os.fsencode(text)) >= 4096:
+        raise ValueError(f"{argument}={text!r} must be a non-empty path of fewer than 4096 bytes with no NUL byte")
+    if os.path.isdir(text):
+        raise IsADirectoryError(f"{argument}={text!r} is a directory; name the rank-table file")
+    if not os.path.isfile(text):
+        raise FileNotFoundError(f"{argument}={text!r}: no such rank-table file")
+    return text
+
+
 class Communicator(CommCore):
     """An HCCL communicator: ``size`` ranks, one per device, that run collectives together.
 
@@ -135,7 +155,7 @@ class Communicator(CommCore):
         missing).
     """
 
-    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_aborted")
+    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_aborted", "_destroying")
 
     def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
                  device: Any = None) -> None:
@@ -197,6 +217,9 @@ class Communicator(CommCore):
         self._splits = 0
         self._is_sub = is_sub
         self._aborted = False
+        # Held by the thread destroying the communicator: a second destroyer waits for it (an
+        # RLock, so that a signal handler interrupting destroy() on the same thread is told apart).
+        self._destroying = threading.RLock()
         self._config = config
         self._finalizer = weakref.finalize(self, _warn_not_destroyed, name)
         self._finalizer.atexit = False
@@ -212,23 +235,28 @@ class Communicator(CommCore):
 
         No root info is exchanged: the table lists every rank's server and device. ``device`` must be
         the device the table assigns to ``rank``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For a ``path`` that is not a path (or is empty, or holds a NUL byte), or a bad ``rank``.
+        FileNotFoundError, IsADirectoryError
+            When ``path`` names no file (before any C call).
+        HcclError
+            If HCCL cannot create the communicator from the table.
         """
-        if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
-            raise TypeError(f"path must be a path to the rank table, got {type(path).__name__}")
-        text = os.fsdecode(os.fspath(path))
-        if len(text.encode()) >= 4096:
-            raise ValueError("the rank table path must be shorter than 4096 bytes")
         rank = _positive_int(rank, "rank", 0)
+        text = _rank_table_path(path, "path")
         cfg = CommConfig.coerce(config)
         dev = _device_for(device)
         bound = _ffi.api()
         out = _ffi.new("HcclComm *")
         with dev:
             if cfg is not None:
-                rc = bound.HcclCommInitClusterInfoConfig(text.encode(), rank, cfg.to_c(), out)
+                rc = bound.HcclCommInitClusterInfoConfig(os.fsencode(text), rank, cfg.to_c(), out)
                 name = "HcclCommInitClusterInfoConfig"
             else:
-                rc, name = bound.HcclCommInitClusterInfo(text.encode(), rank, out), "HcclCommInitClusterInfo"
+                rc, name = bound.HcclCommInitClusterInfo(os.fsencode(text), rank, out), "HcclCommInitClusterInfo"
         _ffi.check_hccl(rc, name, context=f"rank {rank} from rank table {text}")
         return cls._from_handle(out[0], dev, cfg, rank=rank)
 
@@ -279,15 +307,19 @@ class Communicator(CommCore):
         >>> pair = comm.split([0, 1], sub_id=7)   # called by ranks 0 and 1 only
         """
         try:
-            members = list(ranks)
+            given = list(ranks)  # once: an iterator gives its ranks only once
         except TypeError:
             raise TypeError(f"ranks must be a sequence of ints, got {ranks!r}") from None
-        if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in members):
-            raise ValueError(f"ranks must hold ints, got {members!r}")
-        members = [int(r) for r in members]
+        if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in given):
+            raise ValueError(f"ranks must hold ints, got {given!r}")
+        members = [int(r) for r in given]
         if not members or any(not 0 <= r < self._size for r in members) or members != sorted(set(members)):
-            raise ValueError(f"ranks={list(ranks)!r} must be distinct, increasing ranks of the parent "
+            raise ValueError(f"ranks={given!r} must be distinct, increasing ranks of the parent "
                              f"(0..{self._size - 1})")
+        self._live_handle()
+        if self._aborted:  # HCCL would split the suspended communicator: the child could never run
+            raise ValueError(f"communicator '{self._name}' was aborted: it cannot be split; destroy it (on every "
+                             "rank) and create a new one")
         if sub_id is not None:
             return self._split_members_only(members, sub_id, CommConfig.coerce(config))
         cfg = CommConfig.coerce(config)
@@ -427,7 +459,9 @@ class Communicator(CommCore):
         log.warning("communicator '%s' aborted on rank %d", self._name, self._rank)
 
     def destroy(self, timeout: Optional[float] = None) -> None:
-        """Destroy the communicator (call it on every rank). Idempotent.
+        """Destroy the communicator (call it on every rank). Idempotent: a second call, from any
+        thread, returns once the communicator is destroyed (a second thread calling it meanwhile
+        waits for the first).
 
         Work queued on hcclpy's default stream is waited for first; work on your own streams must be
         synchronised before, unless ``timeout`` is given or the communicator was aborted. After an
@@ -451,6 +485,14 @@ class Communicator(CommCore):
             ``timeout``), or were not released a few seconds after an abort.
         ValueError
             If ``timeout`` is not None or a number of seconds >= 0.
+        RuntimeError
+            Inside :func:`hcclpy.group` on this thread: the group's operations run when it ends.
+
+        Notes
+        -----
+        A NumPy call in progress on another thread counts as queued work: ``timeout`` bounds the
+        wait for it too. A signal handler may call destroy while its thread is inside a NumPy
+        call: that call gives its staging memory back when it ends.
 
         Examples
         --------
@@ -459,25 +501,65 @@ class Communicator(CommCore):
         ... except hcclpy.CommTimeoutError:
         ...     comm.destroy(timeout=0)     # stuck: abort, then destroy
         """
-        handle = self._handle
-        if handle is None:
+        if self._handle is None:
             return
         deadline = _deadline(timeout)
-        host.release(self)
-        self._wait_default_stream(deadline)
-        self._destroy_handle(handle, deadline)
-        log.info("communicator '%s' destroyed on rank %d", self._name, self._rank)
-        self._handle = None
-        self._closed_by = "destroyed"
-        self._finalizer.detach()
+        if collectives.group_active():
+            # The group's operations on it run when the group ends: on a destroyed handle then.
+            raise RuntimeError(f"communicator '{self._name}' cannot be destroyed inside hcclpy.group(): the group's "
+                               "operations run when it ends; destroy it after the with block")
+        lock = self._destroying
+        if lock._is_owned():  # a signal handler interrupted this thread's destroy(), which goes on after it
+            return
+        # Another thread's destroy() ends by its own timeout (and grace); this one waits as long.
+        if not lock.acquire(timeout=-1 if deadline is None else _remaining(deadline) + _ABORT_GRACE):
+            raise HcclError(f"destroying '{self._name}': another thread's destroy() of it did not end within "
+                            f"{timeout:g} s (+{_ABORT_GRACE:g} s)", code=HcclResult.HCCL_E_AGAIN,
+                            name="HCCL_E_AGAIN", api="HcclCommDestroy")
+        try:
+            handle = self._handle
+            if handle is None:  # destroyed by the thread this one waited for
+                return
+            self._closing = True  # no NumPy call starts from now on (hcclpy.host)
+            try:
+                self._release_staging(deadline)
+                self._wait_stream(Device._default_streams.get(self._device_id), deadline)
+                self._destroy_handle(handle, deadline)
+            except BaseException:
+                self._closing = False  # still alive: usable again
+                raise
+            log.info("communicator '%s' destroyed on rank %d", self._name, self._rank)
+            self._handle = None
+            self._closed_by = "destroyed"
+            self._finalizer.detach()
+        finally:
+            lock.release()
+        # A NumPy call that began as destroy did may have made a new staging after the first release.
+        host.release(self, timeout=0)
 
-    def _wait_default_stream(self, deadline: Optional[float]) -> None:
-        """Wait for the device's default stream until ``deadline`` (None: as long as it takes)."""
-        default = Device._default_streams.get(self._device_id)
-        if default is None or default.closed:
+    def _release_staging(self, deadline: Optional[float]) -> None:
+        """Give back the NumPy staging (hcclpy.host) before the handle goes: wait for a NumPy call
+        on another thread until ``deadline``, then abort it; a NumPy call on this thread (that a
+        signal handler calling destroy interrupted) closes the staging itself when it ends, and its
+        queued work is waited for as the default stream's is."""
+        staging = host._detach(self)
+        if staging is None or host._close(staging, _remaining(deadline)):
+            return
+        if staging.lock._is_owned():
+            self._wait_stream(staging.stream, deadline)
+        elif deadline is not None:
+            # The call outlasted the timeout: an abort fails its operation at once, and it lets go.
+            if not self._aborted:
+                self._abort_for_destroy()
+            host._close(staging, _ABORT_GRACE)
+
+    def _wait_stream(self, stream: Any, deadline: Optional[float]) -> None:
+        """Wait for ``stream`` (the device's default stream, or None) until ``deadline`` (None: as
+        long as it takes); a stream that fails or is slow does not stop the teardown."""
+        if stream is None or stream.closed:
             return
         try:
-            default.synchronize(timeout=_remaining(deadline))
+            stream.synchronize(timeout=_remaining(deadline))
         except Exception:  # noqa: BLE001 - a failed or slow stream must not prevent teardown
             pass
 
@@ -512,7 +594,7 @@ class Communicator(CommCore):
         log.warning("communicator '%s': work still in flight when destroy's timeout passed; aborting it",
                     self._name)
         self.abort()
-        self._wait_default_stream(time.monotonic() + _ABORT_GRACE)
+        self._wait_stream(Device._default_streams.get(self._device_id), time.monotonic() + _ABORT_GRACE)
         return True
 
     def __enter__(self) -> "Communicator":

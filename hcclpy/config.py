@@ -21,6 +21,7 @@ import math
 import numbers
 import os
 import struct
+import warnings
 from typing import Any, Mapping, Optional, Union
 
 from . import _ffi
@@ -33,6 +34,7 @@ _VERSION = 11
 _NOT_SET = 0xFFFFFFFF
 _V1_SIZE = 32
 _DEFAULT_BUFFSIZE_MB = 200
+_BUFFSIZE_MAX = 0xFFFFFFFE  # MB; 0xFFFFFFFF is the "not set" sentinel
 
 # HcclCommConfigCapability members: the library reads a field when its capability < the returned value.
 _CAPABILITY = {"buffer_size_mb": 0, "deterministic": 1, "name": 2, "op_expansion_mode": 3, "world_rank_id": 5,
@@ -44,7 +46,11 @@ def _text_field(value: Optional[str], field: str, limit: int) -> Optional[bytes]
         return None
     if not isinstance(value, str):
         raise TypeError(f"CommConfig.{field} must be a str, got {type(value).__name__}")
-    data = value.encode("utf-8")
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, as os.fsdecode makes of bytes that are not UTF-8
+        raise ValueError(f"CommConfig.{field}={value!r} is not valid Unicode text: it cannot be encoded as "
+                         "UTF-8") from None
     if len(data) >= limit or b"\0" in data:
         raise ValueError(f"CommConfig.{field}={value!r} must be at most {limit - 1} UTF-8 bytes with no NUL")
     return data
@@ -100,7 +106,7 @@ def _bounded(field: str, low: int, high: int) -> Any:
 
 # How each field is checked, and normalised (NumPy ints to int, True to 1), when it is set.
 _CHECKS = {
-    "buffer_size_mb": _bounded("buffer_size_mb", 1, 0xFFFFFFFE),
+    "buffer_size_mb": _bounded("buffer_size_mb", 1, _BUFFSIZE_MAX),
     "deterministic": _deterministic,
     "name": _text("name", 128),
     "udi": _text("udi", 128),
@@ -114,6 +120,19 @@ _CHECKS = {
     "buffer_name": _text("buffer_name", 128),
     "qos": _bounded("qos", 0, 7),
 }
+
+
+def _buffsize_from_env() -> int:
+    """``HCCL_BUFFSIZE`` in MB: a whole number in the range of ``CommConfig.buffer_size_mb``; any
+    other value is ignored with a warning (the default, 200 MB, is used)."""
+    text = os.environ.get("HCCL_BUFFSIZE", "").strip()
+    if not text:
+        return _DEFAULT_BUFFSIZE_MB
+    if text.isdigit() and 1 <= int(text) <= _BUFFSIZE_MAX:
+        return int(text)
+    warnings.warn(f"HCCL_BUFFSIZE={text!r} is ignored: it must be a whole number of MB from 1 to {_BUFFSIZE_MAX}; "
+                  f"using {_DEFAULT_BUFFSIZE_MB}", RuntimeWarning, stacklevel=4)
+    return _DEFAULT_BUFFSIZE_MB
 
 
 def _deterministic_from_env() -> int:
@@ -198,6 +217,10 @@ class CommConfig:
             return value
         if isinstance(value, Mapping):
             fields = {f.name for f in dataclasses.fields(cls)}
+            for key in value:
+                if not isinstance(key, str):
+                    raise TypeError(f"config keys must be CommConfig field names (str), got {key!r} "
+                                    f"({type(key).__name__}); valid keys: {sorted(fields)}")
             unknown = sorted(set(value) - fields)
             if unknown:
                 guesses = []
@@ -222,8 +245,7 @@ class CommConfig:
         full = capability > _CAPABILITY["name"]
         size = _ffi.sizeof("HcclCommConfig") if full else _V1_SIZE
         struct.pack_into("<QIIQ", _ffi.buffer(cfg), 0, size, _MAGIC, _VERSION if full else 1, 0)
-        buffsize = os.environ.get("HCCL_BUFFSIZE", "")
-        cfg.hcclBufferSize = self.buffer_size_mb or (int(buffsize) if buffsize.isdigit() else _DEFAULT_BUFFSIZE_MB)
+        cfg.hcclBufferSize = self.buffer_size_mb or _buffsize_from_env()
         cfg.hcclDeterministic = self.deterministic if self.deterministic is not None else _deterministic_from_env()
         for attr, field in (("hcclCommName", "name"), ("hcclUdi", "udi"), ("hcclAlgo", "algorithm"),
                             ("hcclBufferName", "buffer_name")):

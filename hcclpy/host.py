@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, S
 import numpy as np
 
 from . import _ffi, collectives
+from .collectives._ops import _count_matrix, _count_vector
 from ._comm_core import CommCore
 from ._units import parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
@@ -100,12 +101,15 @@ def _size_class(nbytes: int) -> int:
 class _Staging:
     """A communicator's stream and scratch buffers for host arrays.
 
-    A call takes it from :func:`_locked_staging`, locked, and releases ``lock`` when done."""
+    A call takes it from :func:`_locked_staging`, locked, and gives it back with :func:`_unlock`."""
 
     def __init__(self, comm: CommCore) -> None:
-        # The scratch buffers are shared: calls from several threads take turns.
-        self.lock = threading.Lock()
+        # The scratch buffers are shared: calls from several threads take turns. An RLock knows its
+        # owner: a signal handler that interrupts a call on this thread can be told from another
+        # thread's call (see release), and a lock an interrupt left taken can be given back.
+        self.lock = threading.RLock()
         self.closed = False
+        self.close_pending = False  # release() asked while a call held it: that call closes it when it ends
         self.in_use: Set[str] = set()  # the scratch slots the call holding the lock has taken
         self.pinned = staging_mode() == "pinned"
         self.copy_out_first = comm.rank % 2 == 0  # direct mode's order of the copies between chunks
@@ -172,50 +176,132 @@ class _Staging:
 
 
 def _locked_staging(comm: CommCore) -> _Staging:
-    """The communicator's staging with its lock taken (the caller releases it). One that
-    :func:`release` closed while this thread waited for the lock is replaced by a new one."""
-    while True:
-        staging = _staging(comm)
-        staging.lock.acquire()
-        if not staging.closed:
-            staging.in_use.clear()
-            return staging
-        staging.lock.release()
-
-
-def _staging(comm: CommCore) -> _Staging:
+    """The communicator's staging with its lock taken (the caller gives it back with
+    :func:`_unlock`). One that :func:`release` closed while this thread waited for the lock is
+    replaced by a new one; a communicator being destroyed is refused as a destroyed one is."""
     if not isinstance(comm, CommCore):
         raise TypeError(f"comm must be an hcclpy.Communicator, got {type(comm).__name__}")
-    comm._live_handle()
     if collectives.group_active():
         # The call would copy out a result the deferred operation has not produced yet.
         raise RuntimeError("NumPy arrays cannot be used inside hcclpy.group(): their calls block until the result "
                            "is back, but the group's operations run only when it ends. Use device arrays "
                            "(hcclpy.DeviceArray) in the group, or make this call outside it")
-    state = comm._host_state
-    if state is None:
-        with _creating:
-            state = comm._host_state
-            if state is None:
-                state = comm._host_state = _Staging(comm)
+    while True:
+        if comm._handle is None or comm._closing:
+            comm._refuse_use()
+        staging = comm._host_state or _new_staging(comm)
+        lock = staging.lock
+        if lock._is_owned():
+            # This thread is inside a NumPy call on the communicator already: a signal handler
+            # interrupted it. Taking the RLock again would hand the same scratch to both calls.
+            raise RuntimeError(f"a NumPy operation on communicator '{comm._name}' cannot run while this thread is "
+                               "inside another one (a signal handler interrupted it); run it after that call ends")
+        try:
+            lock.acquire()
+            if staging.close_pending and not staging.closed:
+                staging.close()  # release() gave up on it while this call waited: closing it falls to us
+            if not (staging.closed or comm._closing):
+                staging.in_use.clear()
+                return staging
+            lock.release()
+        except BaseException:
+            # An exception (KeyboardInterrupt, a signal handler's) right after the lock was taken:
+            # give it back, or every later call and destroy() would wait for it forever.
+            if lock._is_owned():
+                lock.release()
+            raise
+
+
+def _unlock(staging: _Staging) -> None:
+    """Give back the staging :func:`_locked_staging` took; close it if :func:`release` asked to
+    meanwhile (from a signal handler on this thread, or another thread that could not wait)."""
+    staging.lock.release()
+    if staging.close_pending:
+        _close(staging, 0)
+
+
+def _new_staging(comm: CommCore) -> _Staging:
+    """The communicator's staging, made if it has none."""
+    with _creating:
+        if comm._closing:  # destroy() has begun: a staging made now would outlive the communicator
+            comm._refuse_use()
+        state = comm._host_state
+        if state is None:
+            state = comm._host_state = _Staging(comm)
     return state
 
 
-_creating = threading.Lock()
+# Re-entrant: a signal handler that releases a staging may interrupt this thread while it makes one.
+_creating = threading.RLock()
 
 
-def release(comm: CommCore) -> None:
+def release(comm: CommCore, timeout: Optional[float] = None) -> bool:
     """Give back a communicator's staging memory (device scratch, pinned buffers, its stream).
 
     The scratch grows to the largest array staged; after a one-off large operation this returns it
     without destroying the communicator. The next NumPy call allocates what it needs again.
-    ``Communicator.destroy`` calls it. A call on another thread that is using the staging finishes
-    first.
+    ``Communicator.destroy`` calls it.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    timeout
+        Seconds to wait at most for a NumPy call on another thread that is using the staging to
+        end; None (the default) waits until it ends (by its exec timeout at the latest).
+
+    Returns
+    -------
+    bool
+        True when the memory is given back; False when a NumPy call still holds it (another
+        thread's, past ``timeout``, or this thread's, interrupted by a signal handler that called
+        this): that call gives it back when it ends.
+
+    Raises
+    ------
+    TypeError
+        If ``comm`` is not a communicator.
+    ValueError
+        If ``timeout`` is not None or a number of seconds >= 0.
+
+    Examples
+    --------
+    >>> hcclpy.host.release(comm)   # after a one-off 4 GiB all_reduce of a NumPy array
+    True
     """
-    state, comm._host_state = comm._host_state, None
-    if state is not None:
-        with state.lock:
-            state.close()
+    if not isinstance(comm, CommCore):
+        raise TypeError(f"comm must be an hcclpy.Communicator, got {type(comm).__name__}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer,
+                                                                                        np.floating))
+                                or not 0 <= timeout < math.inf):
+        raise ValueError(f"timeout={timeout!r} must be None (no limit) or a finite number of seconds >= 0")
+    staging = _detach(comm)
+    return staging is None or _close(staging, timeout)
+
+
+def _detach(comm: CommCore) -> Optional[_Staging]:
+    """Take the staging off ``comm`` (the next NumPy call makes a new one) and return it."""
+    with _creating:
+        staging, comm._host_state = comm._host_state, None
+    return staging
+
+
+def _close(staging: _Staging, timeout: Optional[float]) -> bool:
+    """Close ``staging`` once no call holds it: wait ``timeout`` seconds at most (None: no limit)
+    for the call holding it. False when one still does: it closes the staging when it ends."""
+    # Set before trying the lock: a call that gives it back after the try sees the flag (_unlock).
+    staging.close_pending = True
+    lock = staging.lock
+    if lock._is_owned():  # a signal handler on the thread inside a call: the call's scratch stays
+        return False
+    if not lock.acquire(timeout=-1 if timeout is None else timeout):
+        return False
+    try:
+        if not staging.closed:
+            staging.close()
+    finally:
+        lock.release()
+    return True
 
 
 # ------------------------------------------------------------------------ how dtypes travel
@@ -303,8 +389,8 @@ def _refuse_reduction(carrier: _Carrier, dtype: np.dtype, reduction: str, op: An
 def carrier_type(dtype: Any, op: Any = None) -> Optional[DataType]:
     """The HCCL type that runs an operation on NumPy arrays of ``dtype``: the dtype's own, float32
     or float64 for complex64 or complex128, uint8 for dtypes moved as bytes. None when the NumPy
-    path refuses the call (it says why itself, before any C call). The simulator's product
-    profiles check this type.
+    path refuses the call (it says why itself, before any C call), an ``op`` that is no reduce
+    operation included. The simulator's product profiles check this type.
 
     Parameters
     ----------
@@ -318,6 +404,8 @@ def carrier_type(dtype: Any, op: Any = None) -> Optional[DataType]:
     native = dtype if dtype.isnative else dtype.newbyteorder("=")
     reduction = None if op is None else "reduction"  # a name for refusals, which this turns into None
     try:
+        if op is not None:
+            as_reduce_op(op)  # an op nobody knows is refused whatever the dtype (_carried skips HCCL types)
         return _carried(native, "array", reduction, op)[0]
     except (TypeError, ValueError):
         return None
@@ -438,7 +526,7 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     try:
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
     finally:
-        staging.lock.release()
+        _unlock(staging)
 
 
 def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
@@ -561,7 +649,7 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
         if dst is not None:
             _copy_pieces(staging, recv._cptr, dst, recv.nbytes, _D2H)
     finally:
-        staging.lock.release()
+        _unlock(staging)
 
 
 def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
@@ -571,7 +659,7 @@ def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]])
     try:
         _post(staging, comm, items)
     finally:
-        staging.lock.release()
+        _unlock(staging)
 
 
 def _post(staging: _Staging, comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]]) -> None:
@@ -612,8 +700,15 @@ def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[i
     buffer None, as in hcclpy's in-place forms); ``source`` (copied in) and ``result`` (copied out)
     are addresses, or None on a rank that has no input or output. Blocks until the result is in
     place.
+
+    Raises
+    ------
+    ValueError
+        If ``count`` is not an int >= 0.
+    TypeError
+        If ``dtype`` is not an HCCL data type (a :class:`DataType`, a NumPy dtype or its name).
     """
-    _chunked(comm, _at(source), _at(result), count, dtype, run)
+    _chunked(comm, _at(source), _at(result), _element_count(count, "count"), as_datatype(dtype), run)
 
 
 def staged(comm: CommCore, source: Pieces, send_count: int, result: Pieces, recv_count: int, dtype: DataType,
@@ -621,14 +716,32 @@ def staged(comm: CommCore, source: Pieces, send_count: int, result: Pieces, recv
     """Run a device operation on host memory: ``send_count`` elements from ``source`` are copied to
     a device buffer, ``run(send, recv, stream)`` queues the operation, and ``recv_count`` elements
     are copied back to ``result``. Each of ``source`` and ``result`` is an address, a list of
-    ``(address, nbytes)`` pieces laid back to back in the device buffer, or None. Blocks until done."""
-    _whole(comm, _at(source), send_count, _at(result), recv_count, dtype, run)
+    ``(address, nbytes)`` pieces laid back to back in the device buffer, or None. Blocks until done.
+
+    Raises
+    ------
+    ValueError
+        If ``send_count`` or ``recv_count`` is not an int >= 0.
+    TypeError
+        If ``dtype`` is not an HCCL data type (a :class:`DataType`, a NumPy dtype or its name).
+    """
+    _whole(comm, _at(source), _element_count(send_count, "send_count"), _at(result),
+           _element_count(recv_count, "recv_count"), as_datatype(dtype), run)
 
 
 def staged_batch(comm: CommCore, items: Sequence[Tuple[str, int, int, DataType, int]]) -> None:
     """Sends and receives of host memory in one batch: ``("send" | "recv", address, count, dtype,
     peer)`` items. Blocks until every transfer is done."""
-    _batch(comm, [(kind, _at(address), count, dtype, peer) for kind, address, count, dtype, peer in items])
+    _batch(comm, [(kind, _at(address), _element_count(count, f"items[{index}] count"), as_datatype(dtype), peer)
+                  for index, (kind, address, count, dtype, peer) in enumerate(items)])
+
+
+def _element_count(value: Any, argument: str) -> int:
+    """``value``, a number of elements, as an int (NumPy ints too): the memory it sizes is the
+    caller's, so a negative count would stage a view of garbage size."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{argument}={value!r} must be an int >= 0 (a number of elements)")
+    return int(value)
 
 
 # ------------------------------------------------------------------------------ operations
@@ -724,7 +837,11 @@ def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], 
     """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements.
     With displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype, per_element = _input(array, "array")
-    total = _extent(recv_counts, recv_displs)
+    recv_counts, recv_displs = _layout(comm, recv_counts, recv_displs, "recv")
+    if recv_counts[comm.rank] != source.size:
+        raise ValueError(f"recv_counts[{comm.rank}] = {recv_counts[comm.rank]} must equal this rank's send count: "
+                         f"array has {source.size} elements")
+    total = _result_extent(comm, recv_counts, recv_displs, source.dtype, _named("recv", recv_displs))
     result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
     destination = _blocks_only(result, recv_counts, recv_displs)
     if per_element != 1:  # the device operation counts in elements of the carrier type
@@ -738,10 +855,9 @@ def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[in
                      op: Any = ReduceOp.SUM, send_displs: Optional[Sequence[int]] = None) -> np.ndarray:
     """Uneven reduce-scatter of a flattened array: rank ``r`` gets ``send_counts[r]`` elements."""
     source, dtype, per_element = _input(array, "array", "reduce_scatter_v", op)
-    counts = list(send_counts)
-    if len(counts) != comm.size:
-        raise ValueError(f"send_counts must have {comm.size} entries (one per rank), got {len(counts)}")
-    mine = int(counts[comm.rank])
+    counts, send_displs = _layout(comm, send_counts, send_displs, "send")
+    _within(source, counts, send_displs)
+    mine = counts[comm.rank]
     result = _output(out, (mine,), source.dtype)
     if per_element != 1:  # the device operation counts in elements of the carrier type
         counts, send_displs = _scaled(counts, per_element), _scaled(send_displs, per_element)
@@ -756,7 +872,10 @@ def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], 
     """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`). With
     receive displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype, per_element = _input(array, "array")
-    total = _extent(recv_counts, recv_displs)
+    send_counts, send_displs = _layout(comm, send_counts, send_displs, "send")
+    recv_counts, recv_displs = _layout(comm, recv_counts, recv_displs, "recv")
+    _within(source, send_counts, send_displs)
+    total = _result_extent(comm, recv_counts, recv_displs, source.dtype, _named("recv", recv_displs))
     result = _output(out, (total,), source.dtype, zeroed=recv_displs is not None)
     destination = _blocks_only(result, recv_counts, recv_displs)
     if per_element != 1:  # the device operation counts in elements of the carrier type
@@ -772,23 +891,70 @@ def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
                   out: Optional[np.ndarray] = None) -> np.ndarray:
     """All-to-all driven by one count matrix (see :func:`hcclpy.collectives.all_to_all_vc`)."""
     source, dtype, per_element = _input(array, "array")
-    matrix = np.asarray(send_count_matrix)
-    if matrix.shape != (comm.size, comm.size):
-        raise ValueError(f"send_count_matrix must be {comm.size} x {comm.size}, got shape {matrix.shape}")
-    total = int(matrix[:, comm.rank].sum())
+    rows = _count_matrix(comm, send_count_matrix)
+    sent = sum(rows[comm.rank])
+    if sent > source.size:
+        raise ValueError(f"row {comm.rank} of send_count_matrix sends {sent} elements, but array has "
+                         f"{source.size}")
+    total = _result_extent(comm, [row[comm.rank] for row in rows], None, source.dtype,
+                           f"column {comm.rank} of send_count_matrix")
     result = _output(out, (total,), source.dtype)
+    matrix = np.array(rows, dtype=np.uint64)
     if per_element != 1:  # the device operation counts in elements of the carrier type
-        matrix = matrix * per_element
+        matrix = matrix * np.uint64(per_element)
     _whole(comm, _source(source), source.size * per_element, _destination(result), total * per_element, dtype,
            lambda s, r, stream: collectives.all_to_all_vc(comm, s, r, matrix, stream=stream))
     return result
 
 
+def _layout(comm: CommCore, counts: Any, displs: Any, side: str) -> Tuple[Tuple[int, ...], Optional[Tuple[int, ...]]]:
+    """``{side}_counts`` and ``{side}_displs`` checked (``size`` non-negative ints each, in
+    elements of the array's dtype) as tuples of ints; displacements None stay None."""
+    return _counts(counts, comm, f"{side}_counts"), None if displs is None else _counts(displs, comm, f"{side}_displs")
+
+
+def _counts(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]:
+    """``values``: ``size`` non-negative ints, as a tuple (see collectives' ``_count_vector``)."""
+    try:
+        return _count_vector(values, comm, argument)
+    except TypeError:  # an element that cannot be hashed, such as a list: not an int
+        raise ValueError(f"{argument} must be {comm.size} non-negative ints (one per rank), got {values!r}") from None
+
+
+def _within(source: np.ndarray, counts: Sequence[int], displs: Optional[Sequence[int]]) -> None:
+    """Refuse send counts and displacements that address more elements than ``source`` has."""
+    needed = _extent(counts, displs)
+    if needed > source.size:
+        raise ValueError(f"{_named('send', displs)} address {needed} elements, but array has {source.size}")
+
+
+def _named(side: str, displs: Optional[Sequence[int]]) -> str:
+    """What a message calls the counts (and displacements) of ``side``."""
+    return f"{side}_counts" if displs is None else f"{side}_counts and {side}_displs"
+
+
+def _result_extent(comm: CommCore, counts: Sequence[int], displs: Optional[Sequence[int]], dtype: np.dtype,
+                   given: str) -> int:
+    """The elements an uneven result spans, refused when staging it could never fit the device (a
+    count or displacement far too large), before a result array is allocated."""
+    total = _extent(counts, displs)
+    nbytes = total * dtype.itemsize
+    # Only a large result pays for asking the device its size.
+    if nbytes > _LARGE_RESULT:
+        capacity = comm.device.memory_info()[1]
+        if nbytes > capacity:
+            raise ValueError(f"{given} address {total} elements of {dtype} ({nbytes} bytes), more than device "
+                             f"{comm.device.id} holds ({capacity} bytes): the result is staged there")
+    return total
+
+
+_LARGE_RESULT = 1 << 30  # bytes
+
+
 def _extent(counts: Sequence[int], displs: Optional[Sequence[int]]) -> int:
-    values = [int(c) for c in counts]
     if displs is None:
-        return sum(values)
-    return max((c + int(d) for c, d in zip(values, displs) if c), default=0)
+        return sum(counts)
+    return max((c + d for c, d in zip(counts, displs) if c), default=0)
 
 
 def _scaled(values: Optional[Sequence[int]], factor: int) -> Optional[Tuple[int, ...]]:
@@ -834,7 +1000,7 @@ def barrier(comm: CommCore) -> None:
         collectives.barrier(comm, stream=staging.stream)
         staging.stream.synchronize()
     finally:
-        staging.lock.release()
+        _unlock(staging)
 
 
 collectives.register_host(sys.modules[__name__])

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -299,10 +300,9 @@ def test_from_rank_table_errors(tmp_path: Path) -> None:
         hcclpy.Communicator.from_rank_table(str(path), -1, device=0)
     with pytest.raises(ValueError, match="device=99"):
         hcclpy.Communicator.from_rank_table(str(path), 0, device=99)
-    # Refused by the library, quickly, with its explanation.
-    with pytest.raises(hcclpy.HcclError) as info:
+    with pytest.raises(FileNotFoundError, match="missing.json': no such rank-table file"):
         hcclpy.Communicator.from_rank_table(str(tmp_path / "missing.json"), 0, device=0)
-    assert info.value.name == "HCCL_E_OPEN_FILE_FAILURE" and "missing.json" in str(info.value)
+    # Refused by the library, quickly, with its explanation.
     with pytest.raises(hcclpy.HcclError, match="not one of them") as info:
         hcclpy.Communicator.from_rank_table(str(path), 5, device=0)
     assert info.value.name == "HCCL_E_PARA"
@@ -602,3 +602,181 @@ def test_destroy_timeout_is_checked_first() -> None:
     comm.destroy(timeout=5)
     assert comm.destroyed
     comm.destroy(timeout=5)  # idempotent
+
+
+# ------------------------------------------------------------- destroy() racing other threads
+
+def _pair() -> List[hcclpy.Communicator]:
+    """Two ranks of one communicator in this process, on devices 0 and 1 (exec timeout: 120 s)."""
+    info = hcclpy.RootInfo.generate(device=0)
+    comms: List[Any] = [None, None]
+
+    def make(rank: int) -> None:
+        comms[rank] = hcclpy.Communicator(2, info, rank, device=rank, config={"exec_timeout": 120})
+
+    threads = [threading.Thread(target=make, args=(r,), daemon=True) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(comms), "the communicators were not created"
+    return comms
+
+
+def _in_thread(fn: Any, device: int) -> Any:
+    """Start ``fn`` on a daemon thread with ``device`` current; returns the thread and a list that
+    gets its result (or exception)."""
+    outcome: List[Any] = []
+
+    def body() -> None:
+        hcclpy.Device(device).set_current()
+        try:
+            outcome.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - what the test inspects
+            outcome.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.timeout(60)
+def test_destroy_timeout_applies_to_a_numpy_call_on_another_thread() -> None:
+    """A NumPy all_reduce the peer never joins holds the staging; destroy(timeout=1) on another
+    thread must not wait for it until the exec timeout (120 s): it aborts it, then destroys."""
+    c0, c1 = _pair()
+    stuck, outcome = _in_thread(lambda: c0.all_reduce(np.ones(4, np.float32)), 0)
+    time.sleep(0.3)  # (only so that the call is likely to be waiting for the peer)
+    c0.destroy(timeout=1)
+    stuck.join(30)
+    assert c0.destroyed and not stuck.is_alive()
+    assert isinstance(outcome[0], Exception), outcome  # the aborted call failed
+    assert c0._host_state is None
+    c1.destroy(timeout=5)
+
+
+@pytest.mark.timeout(120)
+def test_two_threads_destroying_at_once_both_return() -> None:
+    for _ in range(5):
+        c0, c1 = _pair()
+        # Work the peer joins a little later: both destroyers wait for it, then reach HcclCommDestroy.
+        c0.all_reduce(hcclpy.from_numpy(np.ones(4, np.float32), device=0))
+        first, got1 = _in_thread(c0.destroy, 0)
+        second, got2 = _in_thread(c0.destroy, 0)
+        time.sleep(0.05)
+        peer, got3 = _in_thread(lambda: c1.all_reduce(np.ones(4, np.float32)).tolist(), 1)
+        for thread in (first, second, peer):
+            thread.join(60)
+        assert got1 == [None] and got2 == [None] and got3 == [[2.0] * 4], (got1, got2, got3)
+        assert c0.destroyed
+        c1.destroy(timeout=5)
+
+
+@pytest.mark.timeout(120)
+def test_destroy_racing_numpy_calls_leaves_no_staging() -> None:
+    """destroy() while another thread loops NumPy calls: the calls end with the destroyed error and
+    no staging (a stream, device scratch) is made again for the destroyed communicator."""
+    for _ in range(3):
+        c0, c1 = _pair()
+        stop = threading.Event()
+
+        def loop(comm: hcclpy.Communicator) -> Any:
+            try:
+                while not stop.is_set():
+                    comm.all_reduce(np.ones(1024, np.float32))
+            finally:
+                stop.set()
+
+        rank0, out0 = _in_thread(lambda: loop(c0), 0)
+        rank1, _ = _in_thread(lambda: loop(c1), 1)
+        time.sleep(0.05)
+        c0.destroy(timeout=2)
+        for thread in (rank0, rank1):
+            thread.join(60)
+        assert isinstance(out0[0], ValueError) and str(out0[0]).endswith("was destroyed"), out0
+        assert c0._host_state is None
+        c1.destroy(timeout=5)
+
+
+def test_destroy_inside_a_group_is_refused() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    x = hcclpy.from_numpy(np.ones(4, np.float32), device=0)
+    with pytest.raises(RuntimeError, match=r"cannot be destroyed inside hcclpy.group\(\): the group's operations "):
+        with hcclpy.group():
+            comm.all_reduce(x, None)
+            comm.destroy()
+    hcclpy.Device(0).default_stream.synchronize(timeout=30)
+    assert x.to_numpy().tolist() == [1.0] * 4 and not comm.destroyed
+    comm.destroy()
+    assert comm.destroyed
+
+
+# ------------------------------------------------------------------ argument checks (review)
+
+def test_split_after_abort_is_refused() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    comm.abort()
+    for kwargs in ({}, {"sub_id": 3}):
+        with pytest.raises(ValueError, match=rf"^communicator '{comm.name}' was aborted: it cannot be split"):
+            comm.split([0], **kwargs)
+    comm.destroy(timeout=10)
+
+
+def _split_by_generator(rank: int, size: int, info: bytes) -> Optional[int]:
+    with hcclpy.Communicator(size, info, rank, device=rank) as comm:
+        sub = comm.split(r for r in [0, 1])
+        try:
+            return None if sub is None else sub.size
+        finally:
+            if sub is not None:
+                sub.destroy()
+
+
+@pytest.mark.timeout(60)
+def test_split_takes_an_iterator_of_ranks() -> None:
+    assert ranks.run_threads(_split_by_generator, 2) == [2, 2]
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    with pytest.raises(ValueError, match=r"^ranks=\[1, 0\] must be distinct, increasing"):
+        comm.split(r for r in [1, 0])
+    comm.destroy()
+
+
+@pytest.mark.parametrize("path, error, pattern", [
+    ("/nonexistent/table.json", FileNotFoundError, r"path='/nonexistent/table.json': no such rank-table file"),
+    ("/tmp", IsADirectoryError, r"path='/tmp' is a directory"),
+    ("", ValueError, r"path='' must be a non-empty path"),
+    ("/tmp/a\0b", ValueError, r"path='/tmp/a\\x00b' must be a non-empty path .* with no NUL byte"),
+])
+def test_from_rank_table_checks_the_path_before_any_c_call(path: str, error: type, pattern: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    bound = _ffi.api()
+    for name in ("HcclCommInitClusterInfo", "HcclCommInitClusterInfoConfig"):
+        monkeypatch.setattr(bound, name, lambda *args: pytest.fail("a C call was made"))
+    with pytest.raises(error, match=pattern):
+        hcclpy.Communicator.from_rank_table(path, 0, device=0)
+
+
+@pytest.mark.parametrize("config, error, pattern", [
+    ({1: 2, "zz": 3}, TypeError, r"^config keys must be CommConfig field names \(str\), got 1 \(int\)"),
+    ({"name": "\udcff"}, ValueError, r"^CommConfig.name='\\udcff' is not valid Unicode text"),
+])
+def test_comm_config_names_what_is_wrong(config: Any, error: type, pattern: str) -> None:
+    with pytest.raises(error, match=pattern):
+        hcclpy.CommConfig.coerce(config)
+
+
+@pytest.mark.parametrize("value, used", [("64", 64), ("0", 200), ("99999999999", 200), ("12.5", 200),
+                                         ("4294967294", 4294967294)])
+def test_hccl_buffsize_out_of_range_is_ignored_with_a_warning(value: str, used: int,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HCCL_BUFFSIZE", value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c_config = hcclpy.CommConfig(name="buffsize").to_c()
+    assert c_config.hcclBufferSize == used
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if used == 200:
+        assert messages == [f"HCCL_BUFFSIZE={value!r} is ignored: it must be a whole number of MB from 1 to "
+                            "4294967294; using 200"]
+    else:
+        assert messages == []

@@ -299,6 +299,40 @@ def test_init_rejects_bad_exchange_arguments(clean_env: pytest.MonkeyPatch, kwar
     assert world() is None
 
 
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    ({"config": {"nope": 1}}, TypeError, r"unknown CommConfig key\(s\) \['nope'\]"),
+    ({"config": 5}, TypeError, r"config must be a CommConfig, a dict or None, got int"),
+    ({"config": {"qos": 99}}, ValueError, r"CommConfig.qos=99 must be an int in \[0, 7\]"),
+    ({"store_path": 5}, TypeError, r"store_path must be a path to a file \(str or os.PathLike\), got int"),
+    ({"store_path": "/tmp/a\0b"}, ValueError, r"store_path='/tmp/a\\x00b' must be a non-empty path with no NUL"),
+    ({"rank_table": 5}, TypeError, r"rank_table must be a path to the rank table"),
+    ({"rank_table": ""}, ValueError, r"rank_table='' must be a non-empty path"),
+    ({"rank_table": "/tmp"}, IsADirectoryError, r"rank_table='/tmp' is a directory"),
+])
+def test_init_checks_every_argument_before_the_rendezvous(clean_env: pytest.MonkeyPatch, kwargs: Dict[str, Any],
+                                                          error: type, pattern: str) -> None:
+    # Rank 1 of 2 with no rank 0: an argument checked only after the rendezvous would give a
+    # CommTimeoutError instead.
+    with pytest.raises(error, match=pattern):
+        hcclpy.init(rank=1, world_size=2, timeout=30, **kwargs)
+    assert world() is None
+
+
+def test_init_takes_numpy_numbers(clean_env: pytest.MonkeyPatch) -> None:
+    comm = hcclpy.init(rank=np.int64(0), world_size=np.int32(1), timeout=np.float32(5), device=np.int64(0))
+    assert (comm.rank, comm.size, comm.device.id) == (0, 1, 0)
+    assert type(comm.rank) is int
+
+
+def test_a_negative_local_rank_is_named(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("RANK", "0")
+    clean_env.setenv("WORLD_SIZE", "1")
+    clean_env.setenv("LOCAL_RANK", "-1")
+    with pytest.raises(ValueError, match=r"^environment variable LOCAL_RANK=-1 must be >= 0"):
+        hcclpy.init()
+    assert world() is None
+
+
 def test_init_rejects_bad_environment(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("RANK", "one")
     clean_env.setenv("WORLD_SIZE", "2")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import time
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -690,20 +691,232 @@ def test_scratch_sizes_waste_at_most_an_eighth(nbytes: int) -> None:
     assert hcclpy.host._size_class(size) == size  # a size class holds itself: no growth on the next call
 
 
-def test_a_call_that_waited_while_release_closed_the_staging_takes_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.timeout(60)
+def test_a_call_that_waited_while_release_closed_the_staging_takes_a_new_one() -> None:
     """A call that found the staging just before release() closed it (while the call waited for its
     lock) must not run on the closed one."""
     comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
     try:
         comm.all_reduce(np.ones(3))
         stale = comm._host_state
-        hcclpy.host.release(comm)
-        real, handed = hcclpy.host._staging, [stale]
-        monkeypatch.setattr(hcclpy.host, "_staging", lambda c: handed.pop() if handed else real(c))
-        assert comm.all_reduce(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
-        assert not handed and comm._host_state is not stale and not comm._host_state.closed
+        stale.lock.acquire()  # as a NumPy call on this thread would hold it
+        results: List[Any] = []
+        waiter = threading.Thread(target=lambda: results.append(comm.all_reduce(np.arange(3.0))), daemon=True)
+        waiter.start()
+        time.sleep(0.1)  # (only so that the waiter is likely to wait for the stale staging's lock)
+        # Held by this thread: release() cannot close it now, the holder does when it lets go.
+        assert hcclpy.host.release(comm) is False and not stale.closed
+        hcclpy.host._unlock(stale)
+        waiter.join(30)
+        assert not waiter.is_alive() and results[0].tolist() == [0.0, 1.0, 2.0]
+        assert stale.closed and comm._host_state is not stale and not comm._host_state.closed
     finally:
         comm.destroy()
+
+
+_SIGNAL_TEARDOWN = """
+import faulthandler, os, signal, sys, threading
+faulthandler.dump_traceback_later(60, exit=True)  # a hang shows where it is, then fails
+import numpy as np, hcclpy, hcclpy.host
+from hcclpy import collectives
+
+how = sys.argv[1]
+if how == "inside-a-call":
+    # The handler runs at a known point: inside the chunk callback of a staged call, which holds
+    # the staging's lock.
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    staging_held = []
+
+    def handler(signum, frame):
+        lock = comm._host_state.lock
+        staging_held.append(lock._is_owned() if hasattr(lock, "_is_owned") else lock.locked())
+        comm.destroy(timeout=1)
+
+    signal.signal(signal.SIGTERM, handler)
+    data = np.ones(1 << 20, np.float32)  # 4 MiB: two chunks
+    address = data.__array_interface__["data"][0]
+
+    def run(chunk, _, stream):
+        if not staging_held:
+            signal.raise_signal(signal.SIGTERM)
+        collectives.all_reduce(comm, chunk, None, stream=stream)
+
+    comm.all_reduce(np.ones(4, np.float32))  # makes the staging
+    staging = comm._host_state
+    try:
+        hcclpy.host.staged_elementwise(comm, address, address, data.size, hcclpy.DataType.FP32, run)
+    except ValueError as exc:  # the next chunk found the communicator destroyed
+        print("call:", exc)
+    print("held:", staging_held, "destroyed:", comm.destroyed, "closed:", staging.closed,
+          "unlocked:", staging.lock.acquire(timeout=5), "detached:", comm._host_state is None)
+else:
+    # The reproducer: a loop of NumPy calls, a SIGTERM at any point of it, and a handler that tears
+    # the world communicator down.
+    comm = hcclpy.init(rank=0, world_size=1, device=0)
+
+    def handler(signum, frame):
+        hcclpy.shutdown() if how.startswith("shutdown") else comm.destroy(timeout=1)
+        print("destroyed:", comm.destroyed, flush=True)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, handler)
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+    while True:
+        comm.all_reduce(np.ones(1 << 20, np.float32))
+"""
+
+
+@pytest.mark.parametrize("how", ["inside-a-call", "destroy-in-a-loop", "shutdown-in-a-loop"])
+@pytest.mark.timeout(120)
+def test_a_signal_handler_that_destroys_the_communicator_does_not_deadlock(how: str) -> None:
+    """A handler interrupts a NumPy call holding the staging's lock on the same thread: destroy()
+    must not wait for that lock, and the call closes the staging when it ends."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HCCLPY_BACKEND": "sim"}
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_TEARDOWN, how], capture_output=True,
+                          text=True, env=env, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if how == "inside-a-call":
+        assert done.stdout.splitlines() == [
+            f"call: communicator '{done.stdout.split(chr(39))[1]}' was destroyed",
+            "held: [True] destroyed: True closed: True unlocked: True detached: True"], done.stdout
+    else:
+        assert done.stdout.strip() == "destroyed: True", done.stdout + done.stderr[-3000:]
+
+
+class _InterruptedLock:
+    """A staging lock whose acquire() is interrupted (as by Ctrl+C) right after it took the lock."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        self.lock.acquire(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
+
+
+@pytest.mark.timeout(60)
+def test_an_interrupt_right_after_the_staging_lock_is_taken_does_not_leak_it() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        comm.all_reduce(np.ones(3))
+        staging = comm._host_state
+        real, staging.lock = staging.lock, _InterruptedLock(staging.lock)
+        with pytest.raises(KeyboardInterrupt):
+            comm.all_reduce(np.ones(3))
+        staging.lock = real
+        assert not real._is_owned()
+        taken: List[bool] = []  # another thread can take it: nobody holds it
+        other = threading.Thread(target=lambda: taken.append(real.acquire(timeout=10) and (real.release() or True)))
+        other.start()
+        other.join(30)
+        assert taken == [True]
+        assert comm.all_reduce(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+    finally:
+        comm.destroy(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_a_numpy_call_from_a_handler_inside_another_is_refused() -> None:
+    """A signal handler's NumPy call on the communicator the interrupted call is using would share
+    its scratch: it is refused."""
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        comm.all_reduce(np.ones(3))
+        with comm._host_state.lock:  # as the interrupted call holds it
+            with pytest.raises(RuntimeError, match="cannot run while this thread is inside another one"):
+                comm.all_reduce(np.ones(3))
+        assert comm.all_reduce(np.ones(3)).tolist() == [1.0, 1.0, 1.0]
+    finally:
+        comm.destroy(timeout=10)
+
+
+def test_a_communicator_being_destroyed_takes_no_new_numpy_call() -> None:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        comm._closing = True  # destroy() has begun
+        with pytest.raises(ValueError, match=rf"^communicator '{comm.name}' was destroyed$"):
+            comm.all_reduce(np.ones(3))
+        assert comm._host_state is None  # no staging made for it
+    finally:
+        comm._closing = False
+        comm.destroy(timeout=10)
+
+
+def test_release_checks_its_arguments() -> None:
+    with pytest.raises(TypeError, match=r"^comm must be an hcclpy.Communicator, got str$"):
+        hcclpy.host.release("x")  # type: ignore[arg-type]
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        for bad in (-1, float("nan"), "1", True):
+            with pytest.raises(ValueError, match=r"must be None \(no limit\) or a finite number of seconds >= 0$"):
+                hcclpy.host.release(comm, timeout=bad)
+        assert hcclpy.host.release(comm, timeout=0) is True
+    finally:
+        comm.destroy()
+
+
+@pytest.fixture
+def one_rank() -> Any:
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    yield comm
+    comm.destroy()
+
+
+@pytest.mark.parametrize("call, pattern", [
+    (lambda c, a: c.all_gather_v(a, [3]), r"^recv_counts\[0\] = 3 must equal this rank's send count: array has 4 "
+                                          r"elements$"),
+    (lambda c, a: c.reduce_scatter_v(a, [5]), r"^send_counts address 5 elements, but array has 4$"),
+    (lambda c, a: c.reduce_scatter_v(a, [3], send_displs=[2]), r"^send_counts and send_displs address 5 elements"),
+    (lambda c, a: c.all_to_all_v(a, [5], [4]), r"^send_counts address 5 elements, but array has 4$"),
+    (lambda c, a: c.all_to_all_vc(a, [[5]]), r"^row 0 of send_count_matrix sends 5 elements, but array has 4$"),
+], ids=["all_gather_v", "reduce_scatter_v", "reduce_scatter_v-displs", "all_to_all_v", "all_to_all_vc"])
+def test_uneven_counts_of_complex_arrays_are_checked_in_their_elements(one_rank: Any, call: Any, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        call(one_rank, np.arange(4, dtype=np.complex64))
+
+
+@pytest.mark.parametrize("counts, displs", [([1], [2**63]), ([1], [2**40]), ([2**40], None)])
+def test_uneven_results_too_large_for_the_device_are_refused(one_rank: Any, counts: List[int],
+                                                             displs: Optional[List[int]]) -> None:
+    with pytest.raises(ValueError, match=r"address \d+ elements of float64 \(\d+ bytes\), more than device 0 holds"):
+        hcclpy.host.all_to_all_v(one_rank, np.ones(1), [1], counts, recv_displs=displs)
+
+
+@pytest.mark.parametrize("bad", ["a", 5, [-8], [[1]]])
+@pytest.mark.parametrize("function, argument", [("all_gather_v", "recv_counts"), ("reduce_scatter_v", "send_counts")])
+def test_host_functions_check_their_counts(one_rank: Any, bad: Any, function: str, argument: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{argument} must "):
+        getattr(hcclpy.host, function)(one_rank, np.ones(1), bad)
+
+
+def test_staged_checks_counts_and_dtype(one_rank: Any) -> None:
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+
+    def run(send: Any, recv: Any, stream: Any) -> None:
+        hcclpy.collectives.all_gather(one_rank, send, recv, stream=stream)
+
+    with pytest.raises(ValueError, match=r"^send_count=-4 must be an int >= 0"):
+        hcclpy.host.staged(one_rank, None, -4, None, -4, hcclpy.DataType.FP32, run)
+    with pytest.raises(ValueError, match=r"^count=-1 must be an int >= 0"):
+        hcclpy.host.staged_elementwise(one_rank, None, None, -1, hcclpy.DataType.FP32, run)
+    with pytest.raises(ValueError, match=r"^items\[0\] count=-1 must be an int >= 0"):
+        hcclpy.host.staged_batch(one_rank, [("send", a.ctypes.data, -1, hcclpy.DataType.FP32, 0)])
+    hcclpy.host.staged(one_rank, a.ctypes.data, 4, b.ctypes.data, 4, "float32", run)  # a dtype name will do
+    assert b.tolist() == [1.0] * 4
+
+
+def test_carrier_type_refuses_an_unknown_op() -> None:
+    assert hcclpy.host.carrier_type(np.float32, op="avg") is None
+    assert hcclpy.host.carrier_type(np.float32, op="max") is hcclpy.DataType.FP32
 
 
 # ------------------------------------------------------------------------------ hypothesis
