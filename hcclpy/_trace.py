@@ -17,20 +17,39 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import deque
-from typing import Any, Deque, List
+from typing import Any, Deque, List, Optional
+
+import numpy as np
 
 __all__ = ["capacity", "completed", "enabled", "failed", "mark", "new_progress", "on_toggle", "records",
            "set_enabled"]
 
 
-def _ring_size() -> int:
-    """``HCCLPY_TRACE_SIZE`` (default 1024, at least 16)."""
+DEFAULT_SIZE = 1024
+
+
+def size_problem() -> Optional[str]:
+    """What is wrong with ``HCCLPY_TRACE_SIZE`` (None when it is unset or a whole number)."""
     raw = os.environ.get("HCCLPY_TRACE_SIZE", "").strip()
     try:
-        return max(int(raw), 16) if raw else 1024
+        int(raw or DEFAULT_SIZE)
     except ValueError:
-        raise ValueError(f"HCCLPY_TRACE_SIZE is {raw!r}; use a whole number of operations (16 or more)") from None
+        return (f"HCCLPY_TRACE_SIZE is {raw!r}, not a whole number of operations (16 or more); the flight "
+                f"recorder keeps the default {DEFAULT_SIZE}")
+    return None
+
+
+def _ring_size() -> int:
+    """``HCCLPY_TRACE_SIZE`` (default 1024, at least 16). A bad value warns and keeps the default
+    rather than fail ``import hcclpy``: ``hcclpy info`` must still run to report it."""
+    problem = size_problem()
+    if problem is not None:
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
+        return DEFAULT_SIZE
+    raw = os.environ.get("HCCLPY_TRACE_SIZE", "").strip()
+    return max(int(raw), 16) if raw else DEFAULT_SIZE
 
 
 capacity = _ring_size()
@@ -44,8 +63,16 @@ _listeners: List[Any] = []
 
 
 def set_enabled(on: bool) -> None:
-    """Turn recording on or off (for this process, from now on)."""
+    """Turn recording on or off (for this process, from now on).
+
+    Raises
+    ------
+    TypeError
+        If ``on`` is not a bool (``"no"`` and ``"0"`` are true in Python: they are refused).
+    """
     global enabled
+    if not isinstance(on, (bool, np.bool_)):
+        raise TypeError(f"on={on!r} must be True or False")
     enabled = bool(on)
     for listener in _listeners:
         listener(enabled)

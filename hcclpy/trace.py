@@ -68,7 +68,17 @@ def enabled() -> bool:
 
 
 def set_enabled(on: bool) -> None:
-    """Turn recording on or off for this process (``HCCLPY_TRACE=0`` starts it off)."""
+    """Turn recording on or off for this process (``HCCLPY_TRACE=0`` starts it off).
+
+    Raises
+    ------
+    TypeError
+        If ``on`` is not ``True`` or ``False`` (a NumPy bool is accepted).
+
+    Examples
+    --------
+    >>> hcclpy.trace.set_enabled(False)
+    """
     _trace.set_enabled(on)
 
 
@@ -111,7 +121,9 @@ def records(comm: Any = None) -> List[Dict[str, Any]]:
     known then at the latest)."""
     raw = _trace.records()
     if comm is not None:
-        info = comm._trace_info
+        info = getattr(comm, "_trace_info", None)
+        if info is None:
+            raise TypeError(f"comm must be an hcclpy.Communicator or None, got {type(comm).__name__}")
         raw = [r for r in raw if r[1] == info]
     return [_describe(r) for r in raw]
 
@@ -161,7 +173,17 @@ def chrome_trace(items: List[Dict[str, Any]], process: Dict[str, Any]) -> Dict[s
 
 def dump(path: Any) -> Path:
     """Write this process's records to ``path`` (JSON) and a Chrome trace next to it
-    (``name.chrome.json``); return the JSON file's path."""
+    (``name.chrome.json``); return the JSON file's path.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a str or an ``os.PathLike``.
+    OSError
+        If a file cannot be written.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike (the JSON file to write), got {type(path).__name__}")
     target = Path(path)
     process = _process()
     items = records()

@@ -45,16 +45,19 @@ class FakeDLPack:
     """An object exporting ``__dlpack__`` for memory at ``ptr`` (code: 0 int, 1 uint, 2 float, 5 complex)."""
 
     def __init__(self, ptr: int, shape: Sequence[int], *, strides: Optional[Sequence[int]] = None, code: int = 2,
-                 bits: int = 32, device_type: int = DL_NPU, device_id: int = 0) -> None:
-        self._shape = _DL.new("int64_t[]", list(shape))
+                 bits: int = 32, device_type: int = DL_NPU, device_id: int = 0, ndim: Optional[int] = None,
+                 null_shape: bool = False) -> None:
+        """``ndim`` and ``null_shape`` describe a malformed capsule: an ndim that is not the shape's
+        length, a NULL shape array."""
+        self._shape = _DL.new("int64_t[]", list(shape) or [0])
         self._strides = _DL.new("int64_t[]", list(strides)) if strides is not None else _DL.NULL
         self._managed = _DL.new("DLManagedTensor *")
         t = self._managed.dl_tensor
         t.data = _DL.cast("void *", ptr)
         t.device.device_type, t.device.device_id = device_type, device_id
-        t.ndim = len(shape)
+        t.ndim = len(shape) if ndim is None else ndim
         t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
-        t.shape, t.strides = self._shape, self._strides
+        t.shape, t.strides = _DL.NULL if null_shape else self._shape, self._strides
 
     def __dlpack__(self, stream: Any = None) -> Any:
         return _capsule_new(int(_DL.cast("uintptr_t", self._managed)), _CAPSULE_NAME, None)
@@ -631,3 +634,193 @@ def test_runtime_objects_take_numpy_scalars_and_refuse_what_cannot_work() -> Non
         stream.record()  # refused before an event is made for it
     for event in events:
         event.close()
+
+
+def test_malformed_null_huge_and_foreign_buffers_are_refused_before_any_c_call() -> None:
+    """Malformed DLPack capsules once crashed the process (ndim=10**6) or failed in cffi or C; NULL
+    pointers and counts past HCCL's limit failed in C; other accelerators' memory was taken as NPU memory."""
+    comm, s = _one_rank()
+    x = hcclpy.zeros(8, "float32", device=0)
+    no_device = FakeTensor(x.ptr, 8)
+    no_device.device = None
+    attribute = FakeTensor(x.ptr, 8)
+    attribute.is_contiguous = True  # type: ignore[assignment,method-assign]
+    cases: List[Case] = [
+        ("dlpack ndim huge", lambda: comm.broadcast(FakeDLPack(x.ptr, (8,), ndim=10**6), stream=s), ValueError,
+         r"^buf is a DLPack tensor of ndim=1000000; ndim must be in 0\.\.64$"),
+        ("dlpack ndim negative", lambda: comm.broadcast(FakeDLPack(x.ptr, (8,), ndim=-5), stream=s), ValueError,
+         r"^buf is a DLPack tensor of ndim=-5"),
+        ("dlpack NULL shape", lambda: comm.all_reduce(FakeDLPack(x.ptr, (8,), null_shape=True), stream=s),
+         ValueError, r"^send is a DLPack tensor of ndim=1 whose shape is NULL"),
+        ("dlpack negative size", lambda: comm.broadcast(FakeDLPack(x.ptr, (-1,)), stream=s), ValueError,
+         r"^buf is a DLPack tensor of shape \(-1,\); sizes must not be negative"),
+        ("dlpack negative second size", lambda: comm.broadcast(FakeDLPack(x.ptr, (2, -4)), stream=s), ValueError,
+         r"^buf is a DLPack tensor of shape \(2, -4\)"),
+        ("dlpack NULL data", lambda: comm.broadcast(FakeDLPack(0, (8,)), stream=s), ValueError,
+         r"^buf points to address 0 \(NULL\) but holds 8 elements"),
+        ("tuple NULL", lambda: comm.all_reduce((0, 8, "float32"), x, stream=s), ValueError,
+         r"^send points to address 0 \(NULL\) but holds 8 elements"),
+        ("tensor NULL", lambda: comm.send(FakeTensor(0, 8), 0, stream=s), ValueError,
+         r"^buf points to address 0 \(NULL\)"),
+        ("tuple count past HCCL's limit", lambda: comm.broadcast((x.ptr, 2**40, "float32"), stream=s), ValueError,
+         rf"^buf holds {2**40} elements, more than HCCL's largest supported count 0x7FFFFFFFF"),
+        ("all_reduce count past HCCL's limit", lambda: comm.all_reduce((x.ptr, 2**36, "int8"), stream=s),
+         ValueError, "^send holds .* largest supported count"),
+        ("batch count past HCCL's limit", lambda: comm.batch_send_recv([("send", (x.ptr, 2**36, "int8"), 0)],
+                                                                          stream=s),
+         ValueError, r"^items\[0\] buffer holds .* largest supported count"),
+        ("dlpack CUDA", lambda: comm.broadcast(FakeDLPack(x.ptr, (8,), device_type=2), stream=s), TypeError,
+         r"^buf is a FakeDLPack in memory of DLPack device type 2 \(CUDA\); a collective needs NPU memory"),
+        ("dlpack unknown device type", lambda: comm.broadcast(FakeDLPack(x.ptr, (8,), device_type=99), stream=s),
+         TypeError, r"^buf is a FakeDLPack in memory of DLPack device type 99 \(unknown\)"),
+        ("cuda tensor", lambda: comm.broadcast(FakeTensor(x.ptr, 8, device="cuda"), stream=s), TypeError,
+         r"^buf is a tensor on device .*'cuda'.*; a collective on device memory needs NPU tensors"),
+        ("meta tensor", lambda: comm.broadcast(FakeTensor(x.ptr, 8, device="meta"), stream=s), TypeError,
+         "^buf is a tensor on device .*'meta'"),
+        ("mps tensor", lambda: comm.all_reduce(x, FakeTensor(x.ptr, 8, device="mps"), stream=s), TypeError,
+         "^recv is a tensor on device .*'mps'"),
+        ("tensor device None", lambda: comm.broadcast(no_device, stream=s), TypeError,
+         "^buf is a tensor on device None"),
+        ("tensor device string", lambda: comm.broadcast(SimpleNamespace(
+            data_ptr=lambda: x.ptr, numel=lambda: 8, dtype="float32", device="cuda:0", is_contiguous=lambda: True),
+            stream=s), TypeError, "^buf is a tensor on device 'cuda:0'"),
+        ("tensor index True", lambda: comm.broadcast(FakeTensor(x.ptr, 8, index=True), stream=s), TypeError,  # type: ignore[arg-type]
+         r"^buf.device.index is True; it must be a device number"),
+        ("tensor index negative", lambda: comm.broadcast(FakeTensor(x.ptr, 8, index=-1), stream=s), TypeError,
+         r"^buf.device.index is -1"),
+        ("is_contiguous an attribute", lambda: comm.broadcast(attribute, stream=s), TypeError,
+         r"^buf.is_contiguous must be a method \(as torch's\), got bool"),
+    ]
+    real_api = comm._api
+    guard = comm._api = NoCCalls(real_api)
+    try:
+        failures = _run_matrix(cases)
+    finally:
+        comm._api = real_api
+        s.close()
+        comm.destroy()
+    assert not guard.calls, guard.calls
+    assert not failures, "\n".join(failures)
+
+
+def test_npu_tensors_and_empty_null_buffers_are_accepted() -> None:
+    comm, s = _one_rank()
+    x = hcclpy.from_numpy(np.arange(8, dtype=np.float32), device=0)
+    try:
+        comm.broadcast(FakeTensor(x.ptr, 8, device="npu", index=None), stream=s)  # type: ignore[arg-type]
+        comm.broadcast(SimpleNamespace(data_ptr=lambda: x.ptr, numel=lambda: 8, dtype=_TorchDtype("float32"),
+                                       device="npu:0", is_contiguous=lambda: True), stream=s)
+        comm.broadcast((0, 0, "float32"), stream=s)  # an empty buffer may be NULL
+        comm.broadcast(FakeDLPack(0, (0,)), stream=s)
+        comm.broadcast(FakeDLPack(x.ptr, ()), stream=s)  # a 0-d tensor: one element
+        s.synchronize()
+        assert x.to_numpy().tolist() == list(range(8))
+    finally:
+        s.close()
+        comm.destroy()
+
+
+class _NoStaging:
+    """Stands in for hcclpy.host: the checks before staging may ask it for carrier types; an
+    operation reached means the call was staged."""
+
+    def __init__(self, real: Any) -> None:
+        self.carrier_type = real.carrier_type
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"hcclpy.host.{name} was reached: the call was staged")
+
+
+def test_numpy_calls_refuse_stream_and_none_arguments_before_staging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy calls once ignored stream= (any value), and op/root/peer=None failed only after staging."""
+    from hcclpy.collectives import _ops
+
+    comm, s = _one_rank()
+    x, m = np.arange(4, dtype=np.float32), [[4]]
+    event = hcclpy.Device(0).create_event()
+    closed = hcclpy.Device(0).create_stream()
+    closed.close()
+    monkeypatch.setattr(_ops, "_host", _NoStaging(_ops._host))
+    no_stream = "^stream= is for device buffers, got {}: calls on NumPy arrays block on hcclpy's own stream"
+    calls: List[Tuple[str, Callable[[Any], Any]]] = [
+        ("all_reduce", lambda st: comm.all_reduce(x, stream=st)),
+        ("reduce", lambda st: comm.reduce(x, stream=st)),
+        ("reduce_scatter", lambda st: comm.reduce_scatter(x, stream=st)),
+        ("reduce_scatter_v", lambda st: comm.reduce_scatter_v(x, [4], stream=st)),
+        ("broadcast", lambda st: comm.broadcast(x, stream=st)),
+        ("all_gather", lambda st: comm.all_gather(x, stream=st)),
+        ("all_gather_v", lambda st: comm.all_gather_v(x, [4], stream=st)),
+        ("scatter", lambda st: comm.scatter(x, stream=st)),
+        ("all_to_all", lambda st: comm.all_to_all(x, stream=st)),
+        ("all_to_all_v", lambda st: comm.all_to_all_v(x, [4], [4], stream=st)),
+        ("all_to_all_vc", lambda st: comm.all_to_all_vc(x, m, stream=st)),
+        ("send", lambda st: comm.send(x, 1, stream=st)),
+        ("recv", lambda st: comm.recv(x, 1, stream=st)),
+        ("batch_send_recv", lambda st: comm.batch_send_recv([("send", x, 1)], stream=st)),
+    ]
+    cases: List[Case] = [(f"{name} stream={value!r}", (lambda call=call, value=value: call(value)), TypeError,
+                          no_stream.format(type(value).__name__))
+                         for name, call in calls for value in (5, "x", s, closed, event)]
+    cases += [
+        ("all_reduce op None", lambda: comm.all_reduce(x, op=None), ValueError, "^op=None"),
+        ("reduce op None", lambda: comm.reduce(x, None, None), ValueError, "^op=None"),
+        ("reduce_scatter op None", lambda: comm.reduce_scatter(x, None, None), ValueError, "^op=None"),
+        ("reduce_scatter_v op None", lambda: comm.reduce_scatter_v(x, [4], op=None), ValueError, "^op=None"),
+        ("reduce root None", lambda: comm.reduce(x, None, "sum", None), ValueError, "^root=None must be a rank"),
+        ("broadcast root None", lambda: comm.broadcast(x, None), ValueError, "^root=None must be a rank"),
+        ("scatter root None", lambda: comm.scatter(x, None, None), ValueError, "^root=None must be a rank"),
+        ("send peer None", lambda: comm.send(x, None), ValueError, "^peer=None must be a rank"),
+        ("recv peer None", lambda: comm.recv(x, None), ValueError, "^peer=None must be a rank"),
+        ("batch peer None", lambda: comm.batch_send_recv([("send", x, None)]), ValueError,
+         r"^items\[0\] peer=None must be a rank"),
+        ("batch peer out of range", lambda: comm.batch_send_recv([("recv", x, 3)]), ValueError,
+         r"^items\[0\] peer=3 must be a rank"),
+        ("batch peer self", lambda: comm.batch_send_recv([("send", x, 0)]), ValueError,
+         r"^items\[0\] peer=0 is this rank"),
+        ("batch kind", lambda: comm.batch_send_recv([("put", x, 0)]), ValueError, r"^items\[0\] must be \('send'"),
+        ("batch kind a list", lambda: comm.batch_send_recv([(["send"], x, 0)]), ValueError,
+         r"^items\[0\] must be \('send' \| 'recv', buffer, peer\), got \(\['send'\]"),
+    ]
+    try:
+        failures = _run_matrix(cases)
+    finally:
+        event.close()
+        s.close()
+        comm.destroy()
+    assert not failures, "\n".join(failures)
+
+
+def test_device_batch_with_an_unhashable_kind_is_refused_clearly() -> None:
+    comm, s = _one_rank()
+    x = hcclpy.zeros(4, "float32", device=0)
+    try:
+        with pytest.raises(ValueError, match=r"^items\[0\] must be \('send' \| 'recv', buffer, peer\)"):
+            comm.batch_send_recv([(["send"], x, 0)], stream=s)
+    finally:
+        s.close()
+        comm.destroy()
+
+
+def test_numpy_calls_name_the_argument_that_is_wrong() -> None:
+    """A device buffer as recv of a NumPy call was reported as out=; a list with out= as a device call's out=."""
+    comm, s = _one_rank()
+    x, dev = np.arange(4, dtype=np.float32), hcclpy.zeros(4, "float32", device=0)
+    cases: List[Case] = [
+        ("all_reduce recv device", lambda: comm.all_reduce(x, dev), TypeError,
+         "^recv must be a numpy.ndarray .*when send is one.*got DeviceArray"),
+        ("all_gather recv list", lambda: comm.all_gather(x, [0.0] * 4), TypeError, "^recv must be a numpy.ndarray"),
+        ("scatter recv device", lambda: comm.scatter(x, dev), TypeError, "^recv must be a numpy.ndarray"),
+        ("reduce_scatter_v recv device", lambda: comm.reduce_scatter_v(x, dev, [4]), TypeError,
+         "^recv must be a numpy.ndarray"),
+        ("recv and out", lambda: comm.all_reduce(x, np.zeros(4, np.float32), out=np.zeros(4, np.float32)), TypeError,
+         "^the output array is given twice"),
+        ("scatter list with out", lambda: comm.scatter([1, 2], out=np.zeros(1, np.float32)), TypeError,
+         r"^send is a list: host values go in a numpy\.ndarray \(np\.asarray\(\.\.\.\)\), then out= receives"),
+        ("broadcast float with out", lambda: comm.broadcast(1.0, out=np.zeros(1)), TypeError, "^buf is a float"),
+    ]
+    try:
+        failures = _run_matrix(cases)
+    finally:
+        s.close()
+        comm.destroy()
+    assert not failures, "\n".join(failures)

@@ -140,3 +140,37 @@ def test_an_unusable_simulator_cache_names_hcclpy_sim_cache(tmp_path, cache):
                           f"loaded: cannot build the simulator in its cache directory {root} "
                           f"(HCCLPY_SIM_CACHE={root!r}): "), out
     assert "Set HCCLPY_SIM_CACHE to a directory" in out
+
+
+# --- HCCLPY_BACKEND=cann in a shell prepared for the simulator -----------------------------------
+
+@pytest.mark.parametrize("variable", ["ASCEND_HOME_PATH", "LD_LIBRARY_PATH"])
+def test_backend_cann_refuses_a_simulator_tree(sim_home, variable):
+    """``eval "$(python -m hcclpy sim env)"`` points these at the simulator, which =cann once ran on."""
+    value = str(sim_home / "lib64") if variable == "LD_LIBRARY_PATH" else str(sim_home)
+    how = "system loader" if variable == "LD_LIBRARY_PATH" else "$ASCEND_HOME_PATH/lib64"
+    out = _load_in_child(**{variable: value, "HCCLPY_BACKEND": "cann"})
+    path = os.path.realpath(sim_home / "lib64" / "libascendcl.so")
+    assert out.startswith(f"LibraryNotFoundError: HCCLPY_BACKEND=cann requires real CANN, but libascendcl.so found "
+                          f"via {how} is the hcclpy simulator's: {path}. "), out
+    assert "unset HCCLPY_BACKEND to run on the simulator" in out
+
+
+def test_the_simulator_found_by_the_system_loader_is_named_sim(sim_home):
+    """A simulator on LD_LIBRARY_PATH was once reported as the backend cann, at the bare soname."""
+    out = _load_in_child(LD_LIBRARY_PATH=str(sim_home / "lib64"))
+    assert out == "sim ['system loader', 'system loader']", out
+    info = subprocess.run([sys.executable, "-c", "import hcclpy; print(hcclpy.library_info()['libraries'][1]['path'])"],
+                          env={**{k: v for k, v in os.environ.items() if k not in _SEARCH_VARIABLES},
+                               "LD_LIBRARY_PATH": str(sim_home / "lib64"),
+                               "PYTHONPATH": os.pathsep.join(filter(None, [_IMPORT_ROOT, os.environ.get("PYTHONPATH")]))},
+                          capture_output=True, text=True, timeout=300)
+    assert info.stdout.strip() == os.path.realpath(sim_home / "lib64" / "libhccl.so"), info.stderr
+
+
+def test_no_fallback_warning_when_the_simulator_cannot_be_built():
+    """The fallback warning once came before the error saying the simulator could not be built
+    (:data:`_LOAD` turns the warning into an error, so it would end the child first)."""
+    out = _load_in_child(HCCLPY_SIM_CACHE="/proc/nope")
+    assert out.startswith("LibraryNotFoundError: no CANN libraries and the simulator could not be built or loaded: "
+                          "cannot build the simulator in its cache directory /proc/nope"), out

@@ -125,6 +125,19 @@ def test_one_rank_without_a_launcher() -> None:
     (["all_reduce", "-g", "2", "--csv", "/nonexistent/dir/x.csv"],
      "--csv /nonexistent/dir/x.csv: cannot write it: the directory /nonexistent/dir does not exist"),
     (["all_reduce", "--json", "/"], "--json /: cannot write it: it is a directory"),
+    # Once tracebacks from hcclpy.init, HCCL, aclrtMalloc or the ranks, or a table of 0-byte rows
+    (["all_reduce", "--timeout", "inf"], "argument --timeout: must be a positive, finite number of seconds, got inf"),
+    (["all_reduce", "-g", "2", "--timeout", "nan"], "--timeout: must be a positive, finite number of seconds"),
+    (["send_recv", "-b", "8", "-e", "8"], "send_recv needs at least 2 ranks (each sends to the next one), this job "
+     "has 1: pass -g 2 or more"),
+    (["send_recv", "-g", "1", "-b", "8", "-e", "8"], "send_recv needs at least 2 ranks"),
+    (["all_reduce", "-g", "9", "-b", "8", "-e", "8"], "-g 9: 8 device(s) are visible here, and each rank needs its own"),
+    (["all_reduce", "-b", "1", "-e", "1"], "-b 1: smaller than one fp32 element (4 bytes); sizes are rounded down to "
+     "whole elements (as in nccl-tests)"),
+    (["all_gather", "-b", "7", "-e", "8K", "-d", "fp64"], "-b 7: smaller than one fp64 element (8 bytes)"),
+    (["all_reduce", "-b", "8G", "-e", "8G", "-n", "1", "-w", "0"],
+     "-e: the largest size, 8 GiB, needs 16 GiB of device memory per rank (a send and a receive buffer), but 8 GiB "
+     "of 8 GiB is free"),
 ])
 def test_bad_arguments(args: List[str], message: str) -> None:
     result = bench(*args)
@@ -388,3 +401,19 @@ def test_a_launcher_that_ignores_the_signal_is_killed(tmp_path: Path, monkeypatc
     finally:
         relaunch.proc.kill()
         relaunch.proc.wait(timeout=TIMEOUT)
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_sizes_beyond_the_device_memory_of_several_ranks_are_refused_before_measuring() -> None:
+    """Every rank learns the smallest free memory, so all of them stop (none waits for the others)."""
+    result = bench("all_reduce", "-g", "2", "-b", "5G", "-e", "5G", "-n", "1", "-w", "0")
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "-e: the largest size, 5 GiB, needs 10 GiB of device memory per rank" in result.stderr, result.stderr
+    assert "AclError" not in result.stderr and "# " not in result.stdout
+
+
+def test_zero_bytes_are_still_allowed_as_nccl_tests_does() -> None:
+    result = bench("all_reduce", "-b", "0", "-e", "0", "-n", "1", "-w", "0")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert [row[:2] for row in rows] == [["0", "0"]], result.stdout

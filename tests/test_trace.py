@@ -232,7 +232,6 @@ def test_turning_off_and_sizing_the_ring(env: Dict[str, str], expected: str) -> 
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("HCCLPY_TRACE_SIZE", "lots", "HCCLPY_TRACE_SIZE is 'lots'; use a whole number of operations (16 or more)"),
     ("HCCLPY_HOST_CHUNK_BYTES", "2X", "HCCLPY_HOST_CHUNK_BYTES is '2X'; use a number of bytes of at least 1024"),
     ("HCCLPY_HOST_CHUNK_BYTES", "100", "HCCLPY_HOST_CHUNK_BYTES is '100'"),
 ])
@@ -361,23 +360,28 @@ def test_a_new_communicator_of_an_old_name_has_its_own_history(tmp_path: Path) -
 
 
 def _two_worlds(rank: int, size: int, info: bytes, name: str) -> List[Any]:
-    """Two live communicators of one name on the same ranks, with different histories: three
-    all_reduces on the first, one on the second."""
-    first = hcclpy.Communicator(size, info, rank, device=rank, config={"name": name})
-    second = first.split(list(range(size)), config={"name": name})
+    """Two communicators of one name on the same ranks, one after the other, with different
+    histories: three all_reduces on the first, one on the second (while the first lives, HCCL
+    refuses a second of its name)."""
+    parent = hcclpy.Communicator(size, info, rank, device=rank)
+    first = parent.split(list(range(size)), config={"name": name})
     x = hcclpy.from_numpy(np.ones(4, np.int32), device=first.device)
     for _ in range(3):
         first.all_reduce(x)
-    second.all_reduce(x, op="max")
     first.device.default_stream.synchronize()
+    first.destroy()
+    parent.barrier()  # the name is free once every rank of this process has destroyed its first
+    second = parent.split(list(range(size)), config={"name": name})
+    second.all_reduce(x, op="max")
+    second.device.default_stream.synchronize()
     out = [(r["instance"], r["seq"]) for r in hcclpy.trace.records(second)]
     second.destroy()
-    first.destroy()
+    parent.destroy()
     return out
 
 
 @pytest.mark.timeout(120)
-def test_two_live_communicators_of_one_name_are_merged_apart() -> None:
+def test_communicators_of_one_name_are_merged_apart() -> None:
     name = f"world_{uuid.uuid4().hex[:12]}"
     assert ranks.run_threads(_two_worlds, 2, name, timeout=90) == [[(2, 1)], [(2, 1)]]
     mine = [r for r in hcclpy.trace.records() if r["comm"] == name]
@@ -443,3 +447,80 @@ def test_a_stall_seen_by_a_polling_wait_is_dumped_once(tmp_path: Path, fresh_dum
     stream.close()
     for c in made.values():
         c.destroy()
+
+
+def test_a_bad_ring_size_warns_and_keeps_the_default_so_that_info_can_report_it() -> None:
+    """A bad HCCLPY_TRACE_SIZE once failed ``import hcclpy``, and with it ``hcclpy info``."""
+    env = {**os.environ, "HCCLPY_TRACE_SIZE": "lots"}
+    message = ("HCCLPY_TRACE_SIZE is 'lots', not a whole number of operations (16 or more); the flight recorder "
+               "keeps the default 1024")
+    done = subprocess.run([sys.executable, "-c", "import hcclpy._trace as t; print(t.capacity)"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "1024", done.stderr
+    assert f"RuntimeWarning: {message}" in done.stderr
+    info = subprocess.run([sys.executable, "-m", "hcclpy", "info", "--json"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    assert message in data["warnings"] and data["environment"]["HCCLPY_TRACE_SIZE"] == "lots"
+
+
+@pytest.mark.parametrize("value", ["no", "0", 0, 1, None, [], 0.0])
+def test_set_enabled_takes_only_a_bool(value: Any) -> None:
+    """``set_enabled("no")`` once turned recording on."""
+    before = trace.enabled()
+    with pytest.raises(TypeError, match=rf"^on={value!r} must be True or False$".replace("[", r"\[").replace("]", r"\]")):
+        trace.set_enabled(value)
+    assert trace.enabled() is before
+    trace.set_enabled(np.bool_(False))
+    try:
+        assert trace.enabled() is False
+    finally:
+        trace.set_enabled(before)
+
+
+@pytest.mark.parametrize("value", ["x", 5, object()])
+def test_records_refuses_what_is_not_a_communicator(value: Any) -> None:
+    with pytest.raises(TypeError, match="^comm must be an hcclpy.Communicator or None, got "):
+        trace.records(value)
+
+
+@pytest.mark.parametrize("value", [None, 5, b"rank.json"])
+def test_dump_names_its_path_argument(value: Any) -> None:
+    with pytest.raises(TypeError, match=r"^path must be a str or os\.PathLike \(the JSON file to write\), got "):
+        trace.dump(value)
+
+
+def _merge(*args: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: {"records": []}, "is not a hcclpy trace dump: missing 'host'"),
+    (lambda d: {k: v for k, v in d.items() if k != "rank"}, "is not a hcclpy trace dump: missing 'rank'"),
+    (lambda d: {**d, "records": [{k: v for k, v in d["records"][0].items() if k != "state"}]},
+     "is not a hcclpy trace dump: records[0] is missing 'state'"),
+    (lambda d: {**d, "records": [5]}, "is not a hcclpy trace dump: records[0] is not an object"),
+])
+def test_merge_of_a_malformed_dump_says_which_file_and_what_is_missing(comm: hcclpy.Communicator, tmp_path: Any,
+                                                                       edit: Any, message: str) -> None:
+    """A dump without ``rank`` or a record without ``state`` once ended the merge in a KeyError traceback."""
+    comm.all_reduce(hcclpy.from_numpy(np.ones(2, np.float32), device=comm.device))
+    comm.device.default_stream.synchronize()
+    good = json.loads(hcclpy.trace.dump(tmp_path / "rank0.json").read_text())
+    (tmp_path / "rank1.json").write_text(json.dumps(edit(good)))
+    done = _merge(str(tmp_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"hcclpy trace: {tmp_path / 'rank1.json'} {message}"
+
+
+def test_merge_into_an_unwritable_place_is_a_clear_error(comm: hcclpy.Communicator, tmp_path: Any) -> None:
+    """``--out`` in a missing directory once ended the merge in a FileNotFoundError traceback."""
+    comm.all_reduce(hcclpy.from_numpy(np.ones(2, np.float32), device=comm.device))
+    comm.device.default_stream.synchronize()
+    hcclpy.trace.dump(tmp_path / "rank0.json")
+    out = tmp_path / "missing" / "x.json"
+    done = _merge(str(tmp_path), "--out", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"hcclpy trace: cannot write the merged trace to {out}: No such file or directory"

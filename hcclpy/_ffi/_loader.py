@@ -10,8 +10,9 @@ Search order, per library:
    ``/usr/local/Ascend/ascend-toolkit/latest/lib64``;
 3. the system loader (bare soname: ``LD_LIBRARY_PATH``, or a library torch_npu already loaded);
 4. with ``HCCLPY_BACKEND=auto`` (the default) and nothing found, the simulator (:mod:`hcclpy.sim`),
-   announced by one warning. ``HCCLPY_BACKEND=cann`` refuses the simulator, ``=sim`` goes
-   straight to it.
+   announced by one warning once it has loaded. ``HCCLPY_BACKEND=cann`` refuses the simulator,
+   wherever it is found (``eval "$(python -m hcclpy sim env)"`` points ``ASCEND_HOME_PATH`` and
+   ``LD_LIBRARY_PATH`` at its tree); ``=sim`` goes straight to it.
 """
 
 from __future__ import annotations
@@ -153,7 +154,21 @@ def _open_one(soname: str, override: Optional[Tuple[str, str]], other: Optional[
 
 
 def _resolved_path(target: str) -> str:
-    return os.path.realpath(target) if os.sep in target else target
+    """The file an opened ``target`` is: a path, resolved; a bare soname, as the system loader found it."""
+    return os.path.realpath(target) if os.sep in target else _mapped_path(target)
+
+
+def _mapped_path(soname: str) -> str:
+    """The file mapped into this process under the name ``soname`` (read from /proc/self/maps once
+    the system loader opened it), or ``soname`` itself when that cannot be told (no /proc, or
+    several such files)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {fields[5] for fields in (line.rstrip("\n").split(maxsplit=5) for line in maps)
+                     if len(fields) == 6 and os.path.basename(fields[5]) == soname}
+    except OSError:
+        return soname
+    return paths.pop() if len(paths) == 1 else soname
 
 
 def _is_simulator_tree(path: str) -> bool:
@@ -222,22 +237,36 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
     if choice != "sim":
         opened = _open_cann(opener, failures)
         if opened is not None:
+            if choice == "cann" and opened.backend == "sim":
+                raise _simulator_refused(opened.loaded)
             return opened
         if choice == "cann":
             raise LibraryNotFoundError(
                 "HCCLPY_BACKEND=cann but no usable CANN libraries were found. Tried:\n" + "\n".join(failures)
                 + "\nSource <CANN>/set_env.sh or set ASCEND_HOME_PATH (driver libraries must be on "
                 "LD_LIBRARY_PATH too).")
-        _warn_from_caller("hcclpy: no CANN installation found, running on the CPU simulator "
-                          "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning)
     try:
-        return _open_simulator(opener)
+        opened = _open_simulator(opener)
     except (OSError, RuntimeError) as exc:
         why = ("HCCLPY_BACKEND=sim but the simulator" if choice == "sim"
                else "no CANN libraries and the simulator")
         raise LibraryNotFoundError(
             why + " could not be built or loaded: " + str(exc)
             + ("\nCANN candidates tried:\n" + "\n".join(failures) if failures else "")) from exc
+    if choice == "auto":  # only now: a simulator that cannot be built is an error, not a fallback
+        _warn_from_caller("hcclpy: no CANN installation found, running on the CPU simulator "
+                          "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning)
+    return opened
+
+
+def _simulator_refused(loaded: Sequence[LoadedLibrary]) -> LibraryNotFoundError:
+    """The error for libraries found in a simulator tree under ``HCCLPY_BACKEND=cann``."""
+    lib = next(lib for lib in loaded if _is_simulator_tree(lib.path))
+    return LibraryNotFoundError(
+        f"HCCLPY_BACKEND=cann requires real CANN, but {lib.name} found via {lib.found_via} is the hcclpy "
+        f"simulator's: {lib.path}. Point ASCEND_HOME_PATH (and LD_LIBRARY_PATH) at a CANN installation, e.g. "
+        "source <CANN>/set_env.sh (a shell prepared with `eval \"$(python -m hcclpy sim env)\"` points them at the "
+        "simulator), or unset HCCLPY_BACKEND to run on the simulator.")
 
 
 def describe(loaded: Sequence[LoadedLibrary]) -> str:

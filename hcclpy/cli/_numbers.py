@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable, TypeVar
 
 from .._units import parse_bytes
@@ -42,9 +43,11 @@ def port(text: str) -> int:
 
 
 def seconds(text: str) -> float:
+    """A positive, finite number of seconds: every timeout hcclpy takes is one (``inf`` would
+    pass here and be refused later, by ``hcclpy.init`` or a wait)."""
     value = _number(text, float, "a positive number of seconds")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, got {text}")
     return value
 
 

@@ -9,9 +9,14 @@ without either it is a job of one rank::
     mpirun -n 8 python -m hcclpy bench reduce_scatter -o max
 
 The flags follow nccl-tests and hccl_test; sizes take K, M and G suffixes (powers of 1024). As in
-nccl-tests, ``-r`` applies to the rooted operations (reduce, broadcast, scatter) and is ignored by
-the others, whose table shows root -1. Everything that can be checked without the ranks (sizes,
-factor, root, the ``--json`` / ``--csv`` / ``--plot`` files) is checked before any rank starts.
+nccl-tests, a size is rounded down to whole elements (and, for the operations whose size is every
+rank's block, to blocks of 16 bytes), so a row may show less than was asked for; a ``-b`` below one
+element is refused, since every size would measure nothing. As in nccl-tests, ``-r`` applies to the
+rooted operations (reduce, broadcast, scatter) and is ignored by the others, whose table shows root
+-1. Everything that can be checked without the ranks (sizes, factor, root, the number of ranks
+send_recv needs, ``-g`` against the devices here, the ``--json`` / ``--csv`` / ``--plot`` files)
+is checked before any rank starts; the device memory the largest size needs, once the ranks have
+started and before anything is measured.
 
 With ``-g N``, SIGINT and SIGTERM are forwarded to the ``hcclpy run`` that starts the ranks, which
 stops them; bench waits for it (its grace period and 5 s more at most, then kills it) and exits with
@@ -64,7 +69,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "results are wrong.")
     parser.add_argument("operation", choices=_OPERATIONS, help="what to measure")
     parser.add_argument("-b", "--minbytes", type=_numbers.byte_size, default=8, metavar="SIZE",
-                        help="smallest size (default 8)")
+                        help="smallest size (default 8), at least one element (0: empty calls); sizes are "
+                        "rounded down to whole elements, as in nccl-tests")
     parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
                         help="largest size (default 64M)")
     parser.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",
@@ -93,7 +99,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--csv", metavar="FILE", help="also write the results as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="also plot busbw and time against size (matplotlib)")
     parser.add_argument("--timeout", type=_numbers.seconds, default=600.0, metavar="S",
-                        help="seconds any wait may take (default 600)")
+                        help="seconds any wait may take, a finite number (default 600)")
     parser.set_defaults(handler=run, parser=parser)
     return parser
 
@@ -196,24 +202,77 @@ def run(args: argparse.Namespace) -> int:
         byte_sizes = m.sizes(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     except ValueError as exc:
         args.parser.error(str(exc))
+    itemsize = _datatype(args).itemsize
+    if 0 < args.minbytes < itemsize:
+        args.parser.error(f"-b {args.minbytes}: smaller than one {args.datatype} element ({itemsize} bytes); sizes "
+                          "are rounded down to whole elements (as in nccl-tests), so it would measure nothing")
     _check_outputs(args)
-    if args.ranks is not None and args.ranks > 1 and detect_launch().launcher == "none":
-        _check_root(args, args.ranks)
+    launch = detect_launch()
+    if args.ranks is not None and args.ranks > 1 and launch.launcher == "none":
+        _check_ranks(args, args.ranks)
+        _check_devices(args)
         return _launch_ranks(args, _without_ranks(args.argv))
+    _check_ranks(args, launch.world_size if launch.launcher != "none" else 1)
     try:
         return _measure(args, byte_sizes)
     except KeyboardInterrupt:  # Ctrl-C, or the SIGINT a launcher forwards: a status, not a traceback
         return 128 + signal.SIGINT
 
 
-def _check_root(args: argparse.Namespace, nranks: int) -> None:
+def _datatype(args: argparse.Namespace) -> Any:
+    from ..types import as_datatype
+
+    return as_datatype(args.datatype.replace("bfp16", "bfloat16"))
+
+
+def _check_ranks(args: argparse.Namespace, nranks: int) -> None:
     """Refuse a ``-r`` that is not a rank, for the operations that have a root (the others ignore
-    it, as nccl-tests does)."""
+    it, as nccl-tests does), and send_recv on one rank (it has no peer)."""
     from ..bench.cases import OPERATIONS
 
     rooted = OPERATIONS[args.operation][2]
     if rooted and args.root >= nranks:
         args.parser.error(f"-r {args.root}: the root must be a rank (0..{nranks - 1})")
+    if args.operation == "send_recv" and nranks < 2:
+        args.parser.error(f"send_recv needs at least 2 ranks (each sends to the next one), this job has {nranks}: "
+                          "pass -g 2 or more, or start it under a launcher")
+
+
+def _check_devices(args: argparse.Namespace) -> None:
+    """Refuse a ``-g`` above the devices visible here (each local rank takes one), before the ranks
+    start; when the libraries do not load, the ranks say why."""
+    import warnings
+
+    import hcclpy
+    from .._ffi import SimulatorFallbackWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SimulatorFallbackWarning)  # each rank warns anyway
+        try:
+            count = hcclpy.device_count()
+        except hcclpy.HcclpyError:
+            return
+    if args.ranks > count:
+        args.parser.error(f"-g {args.ranks}: {count} device(s) are visible here, and each rank needs its own")
+
+
+def _check_memory(args: argparse.Namespace, comm: Any, byte_sizes: List[int]) -> None:
+    """Refuse sizes whose buffers cannot fit in the free device memory of every rank, before any is
+    allocated (aclrtMalloc would fail in the middle of the table). Collective: every rank learns the
+    smallest free memory, so all of them stop, and rank 0 says why."""
+    import numpy as np
+
+    from .._units import format_bytes
+
+    needed = 2 * max(byte_sizes, default=0)  # a send and a receive buffer, each at most the size
+    free, total = comm.device.memory_info()
+    free = int(comm.all_reduce(np.array([free], np.int64), op="min")[0])
+    if needed > free:
+        if comm.rank == 0:
+            args.parser.error(f"-e: the largest size, {format_bytes(max(byte_sizes))}, needs {format_bytes(needed)} of "
+                              f"device memory per rank (a send and a receive buffer), but {format_bytes(free)} of "
+                              f"{format_bytes(total)} is free")
+        raise SystemExit(2)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -233,13 +292,14 @@ def _check_outputs(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
     import hcclpy
     from ..bench import measure as m, report
-    from ..types import ReduceOp, as_datatype
+    from ..types import ReduceOp
 
-    dtype = as_datatype(args.datatype.replace("bfp16", "bfloat16"))
+    dtype = _datatype(args)
     op = ReduceOp[args.op.upper()]
     comm = hcclpy.init(timeout=args.timeout)
     try:
-        _check_root(args, comm.size)
+        _check_ranks(args, comm.size)
+        _check_memory(args, comm, byte_sizes)
         rows = m.measure(comm, args.operation, byte_sizes, dtype, op, args.root, warmup=args.warmup_iters,
                          iters=args.iters, check=bool(args.check), average=args.average, timeout=args.timeout)
         wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)

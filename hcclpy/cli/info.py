@@ -5,8 +5,9 @@ with its path and how it was found, the AscendCL version (``aclrtGetVersion``) a
 (``aclrtGetSocName``), every visible device with its free and total memory, how the NumPy path
 stages element-wise operations, which optional C functions the loaded libraries export, the
 simulator's build description when running on it, the environment variables that steer hcclpy,
-and a warning for a setting the runtime partly ignored (the entries of ``ASCEND_RT_VISIBLE_DEVICES``
-from the first one that is not a device). ``--json`` prints the same as one JSON object.
+and a warning for a setting that was partly ignored (the entries of ``ASCEND_RT_VISIBLE_DEVICES``
+from the first one that is not a device, an ``HCCLPY_TRACE_SIZE`` that is not a number). ``--json``
+prints the same as one JSON object.
 
 Exit status 0, or 1 when the libraries cannot be loaded (the report then says why: among others an
 ``HCCLPY_LIBHCCL`` / ``HCCLPY_LIBASCENDCL`` / ``HCCL_SO_PATH`` that names no loadable library, an
@@ -35,6 +36,7 @@ ENVIRONMENT = (
     "ASCEND_TOOLKIT_HOME", "ASCEND_RT_VISIBLE_DEVICES", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE",
     "HCCL_DETERMINISTIC", "RANK_TABLE_FILE", "HCCLPY_HOST_CHUNK_BYTES", "HCCLPY_HOST_STAGING", "HCCLPY_SIM_DEVICES",
     "HCCLPY_SIM_DEVICE_MEMORY", "HCCLPY_SIM_CACHE", "HCCLPY_SIM_NODE", "HCCLPY_SIM_PROFILE", "HCCLPY_SIM_DESYNC_CHECK",
+    "HCCLPY_TRACE", "HCCLPY_TRACE_SIZE", "HCCLPY_TRACE_DIR",
 )
 
 
@@ -74,7 +76,7 @@ def collect() -> Dict[str, Any]:
         ``functions`` (C function name to bool), ``optional_functions`` (the names hcclpy can
         do without), ``simulator`` (the build description or None), ``warnings`` (settings that
         were partly ignored, such as the entries of ``ASCEND_RT_VISIBLE_DEVICES`` from the first
-        one that is not a device) and ``error`` (why the libraries could not be loaded, else None).
+        one that is not a device, or an ``HCCLPY_TRACE_SIZE`` that is not a number) and ``error`` (why the libraries could not be loaded, else None).
 
     Examples
     --------
@@ -91,7 +93,7 @@ def collect() -> Dict[str, Any]:
     }
     import hcclpy
 
-    from .. import _ffi
+    from .. import _ffi, _trace
     from .._ffi import cdef_acl, cdef_hccl
     from ..host import staging_mode
 
@@ -122,6 +124,9 @@ def collect() -> Dict[str, Any]:
     except hcclpy.HcclpyError as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
         return report
+    problem = _trace.size_problem()  # import hcclpy warned and went on, so that it can be reported here
+    if problem is not None:
+        report["warnings"].append(problem)
     note = visible_devices_note(os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""), report["device_count"],
                                 report["backend"])
     if note is not None:

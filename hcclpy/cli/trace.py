@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Merge flight-recorder dumps (hcclpy.trace.dump, or HCCLPY_TRACE_DIR) into one Chrome trace and "
         "print each rank's last completed and first pending operation per communicator, the ranks that issued "
         "fewer collectives and the first collective the ranks disagree on. Exit status 1 when the directory "
-        "holds no dump.")
+        "holds no dump or a malformed one, or the merged trace cannot be written.")
     parser.add_argument("action", choices=("merge",), help="merge: the only action")
     parser.add_argument("directory", help="the directory holding the dumps (*.json)")
     parser.add_argument("--out", help="the merged Chrome trace (default: DIRECTORY/merged.chrome.json)")
@@ -40,7 +40,39 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+class DumpError(ValueError):
+    """A file that looks like a flight-recorder dump (a JSON object with ``records``) but lacks
+    what :func:`hcclpy.trace.dump` writes: edited by hand, cut short, or from another tool."""
+
+
+# What hcclpy.trace.dump writes and the merge reads: the process, and each record.
+_DUMP_KEYS = ("host", "pid", "rank", "dumped_ns")
+_RECORD_KEYS = ("comm", "rank", "size", "seq", "op", "count", "dtype", "stream", "queued_ns", "state",
+                "completed_by_ns")
+
+
+def _checked(path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` (read from ``path``), once it has every field the merge reads."""
+    missing = [key for key in _DUMP_KEYS if key not in data]
+    if missing:
+        raise DumpError(f"{path} is not a hcclpy trace dump: missing {missing[0]!r}")
+    for index, item in enumerate(data["records"]):
+        if not isinstance(item, dict):
+            raise DumpError(f"{path} is not a hcclpy trace dump: records[{index}] is not an object")
+        missing = [key for key in _RECORD_KEYS if key not in item]
+        if missing:
+            raise DumpError(f"{path} is not a hcclpy trace dump: records[{index}] is missing {missing[0]!r}")
+    return data
+
+
 def _load(directory: Path) -> List[Dict[str, Any]]:
+    """The dumps in ``directory``; other JSON files (no ``records`` list) are skipped.
+
+    Raises
+    ------
+    DumpError
+        For a file with a ``records`` list that lacks a field of a dump.
+    """
     dumps = []
     for path in sorted(directory.glob("*.json")):
         if path.name.endswith(".chrome.json"):
@@ -50,7 +82,7 @@ def _load(directory: Path) -> List[Dict[str, Any]]:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("records"), list):
-            dumps.append(data)
+            dumps.append(_checked(path, data))
     return dumps
 
 
@@ -141,7 +173,11 @@ def run(args: argparse.Namespace) -> int:
     from ..trace import chrome_trace
 
     directory = Path(args.directory)
-    dumps = _load(directory) if directory.is_dir() else []
+    try:
+        dumps = _load(directory) if directory.is_dir() else []
+    except DumpError as exc:
+        print(f"hcclpy trace: {exc}", file=sys.stderr)
+        return 1
     if not dumps:
         print(f"hcclpy trace: no flight-recorder dumps in {directory}", file=sys.stderr)
         return 1
@@ -149,7 +185,11 @@ def run(args: argparse.Namespace) -> int:
     for data in dumps:
         events += chrome_trace(data["records"], data)["traceEvents"]
     out = Path(args.out) if args.out else directory / "merged.chrome.json"
-    out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
+    try:
+        out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n")
+    except OSError as exc:
+        print(f"hcclpy trace: cannot write the merged trace to {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print("\n".join(report(dumps)))
     print(f"merged Chrome trace: {out}")
     return 0

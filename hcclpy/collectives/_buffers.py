@@ -4,10 +4,13 @@ Accepted, in order of speed:
 
 * :class:`hcclpy.DeviceArray` (its pointer is already a C value);
 * ``(ptr, count, dtype)`` tuples, with ``ptr`` a device address as int;
-* tensors with ``data_ptr()`` / ``numel()`` / ``dtype`` / ``device`` (torch_npu tensors);
-* objects with ``__dlpack__`` describing device memory.
+* tensors with ``data_ptr()`` / ``numel()`` / ``dtype`` / ``device`` on an NPU (torch_npu
+  tensors: ``device.type == "npu"``);
+* objects with ``__dlpack__`` describing NPU memory (DLPack device type ``kDLExtDev``, as torch
+  exports torch_npu tensors).
 
-Host memory (NumPy arrays, CPU tensors) is refused here: the host-array API stages it.
+Host memory (NumPy arrays, CPU tensors) is refused here: the host-array API stages it. Other
+accelerators' memory (CUDA, MPS, meta tensors...) is refused too: HCCL would read it as NPU memory.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from .._ffi import dlpack
 from ..runtime import DeviceArray
 from ..types import DataType, as_datatype
 
-__all__ = ["Buffer", "resolve"]
+__all__ = ["Buffer", "MAX_COUNT", "resolve"]
+
+# The largest element count HCCL takes in one call (SYS_MAX_COUNT of the real library; the
+# simulator's HCCL_SIM_MAX_COUNT): larger counts fail in C with HCCL_E_PARA.
+MAX_COUNT = 0x7FFFFFFFF
 
 
 class Buffer(NamedTuple):
@@ -40,7 +47,12 @@ class Buffer(NamedTuple):
 _make = tuple.__new__
 
 
-def _buffer(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[int], keep: Any) -> Buffer:
+def _buffer(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[int], keep: Any,
+            argument: str) -> Buffer:
+    """The buffer of a tuple, tensor or DLPack object (the general paths), with the check they share."""
+    if not address and count:
+        raise ValueError(f"{argument} points to address 0 (NULL) but holds {count} elements; only an empty "
+                         "buffer may be NULL")
     return _make(Buffer, (ptr, address, count, dtype, int(dtype), dtype.itemsize, device, keep))
 
 
@@ -48,6 +60,11 @@ _DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataTy
                  (1, 8): DataType.UINT8, (1, 16): DataType.UINT16, (1, 32): DataType.UINT32,
                  (1, 64): DataType.UINT64, (2, 16): DataType.FP16, (2, 32): DataType.FP32, (2, 64): DataType.FP64,
                  (4, 16): DataType.BFP16, (6, 8): DataType.UINT8}  # 6 = bool, moved as bytes (as torch_npu does)
+
+
+# DLPack's device types (dlpack.h) other than host memory and NPU memory, for error messages.
+_DLPACK_DEVICES = {2: "CUDA", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm", 13: "CUDA managed",
+                   14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
 
 
 def _host_error(argument: str, what: str) -> TypeError:
@@ -66,7 +83,7 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**64:
         raise ValueError(f"{argument}[1] (count) must be an int in [0, 2**64), got {count!r}")
     dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
-    return _buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf)
+    return _buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf, argument)
 
 
 def _from_tensor(buf: Any, argument: str) -> Buffer:
@@ -75,12 +92,24 @@ def _from_tensor(buf: Any, argument: str) -> Buffer:
         raise TypeError(f"{argument} ({type(buf).__name__}) has data_ptr() and numel() but no {', '.join(missing)}: "
                         "a tensor needs all of them")
     device = buf.device
-    # torch's device objects have .type ("npu", "cpu"); a bare string such as "npu:0" is read alike.
+    # torch's device objects have .type ("npu", "cpu") and .index; a bare string such as "npu:0" is read alike.
     kind, _, index = (device.partition(":") if isinstance(device, str)
-                      else (getattr(device, "type", "cpu"), "", getattr(device, "index", None)))
+                      else (getattr(device, "type", None), "", getattr(device, "index", None)))
     if kind == "cpu":
         raise _host_error(argument, "a CPU tensor")
-    if not buf.is_contiguous():
+    if kind != "npu":
+        # HCCL would take a CUDA, MPS or meta tensor's pointer for NPU memory.
+        raise TypeError(f"{argument} is a tensor on device {device!r}; a collective on device memory needs NPU "
+                        "tensors (device.type 'npu', torch_npu), or CPU tensors through the hcclpy torch backend")
+    if isinstance(index, str):
+        index = int(index) if index.isdigit() else None if index == "" else index
+    if index is not None and (isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0):
+        raise TypeError(f"{argument}.device.index is {index!r}; it must be a device number (an int >= 0) or None")
+    is_contiguous = buf.is_contiguous
+    if not callable(is_contiguous):
+        raise TypeError(f"{argument}.is_contiguous must be a method (as torch's), got "
+                        f"{type(is_contiguous).__name__}")
+    if not is_contiguous():
         raise ValueError(f"{argument} must be contiguous (call .contiguous() first)")
     dtype_name = str(buf.dtype)
     dt = DataType.UINT8 if dtype_name == "torch.bool" else as_datatype(buf.dtype, argument=f"{argument}.dtype")
@@ -88,15 +117,19 @@ def _from_tensor(buf: Any, argument: str) -> Buffer:
     for name, value in (("data_ptr()", address), ("numel()", count)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
             raise ValueError(f"{argument}.{name} is {value!r}; it must be an int in [0, 2**64)")
-    device_id = int(index) if isinstance(index, (int, np.integer)) or (isinstance(index, str) and index.isdigit()) \
-        else None
-    return _buffer(_ffi.cast("void *", int(address)), int(address), int(count), dt, device_id, buf)
+    device_id = None if index is None else int(index)
+    return _buffer(_ffi.cast("void *", int(address)), int(address), int(count), dt, device_id, buf, argument)
 
 
 def _from_dlpack(buf: Any, argument: str) -> Buffer:
-    info = dlpack.view(buf)
-    if info.device_type in dlpack.HOST_DEVICE_TYPES:
-        raise _host_error(argument, f"a {type(buf).__name__}")
+    info = dlpack.view(buf, argument)
+    if info.device_type not in dlpack.NPU_DEVICE_TYPES:
+        if info.device_type in dlpack.HOST_DEVICE_TYPES:
+            raise _host_error(argument, f"a {type(buf).__name__}")
+        name = _DLPACK_DEVICES.get(info.device_type, "unknown")
+        raise TypeError(f"{argument} is a {type(buf).__name__} in memory of DLPack device type {info.device_type} "
+                        f"({name}); a collective needs NPU memory (type {dlpack.DL_EXT_DEV}, kDLExtDev, as torch "
+                        "exports torch_npu tensors)")
     dt = _DLPACK_TYPES.get((info.code, info.bits))
     if dt is None or info.lanes != 1:
         raise TypeError(f"{argument} has DLPack type code {info.code} with {info.bits} bits x {info.lanes} lanes, "
@@ -109,7 +142,8 @@ def _from_dlpack(buf: Any, argument: str) -> Buffer:
             if dim != 1 and stride != step:
                 raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
             step *= dim
-    return _buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf)
+    return _buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf,
+                   argument)
 
 
 def resolve(buf: Any, argument: str) -> Buffer:

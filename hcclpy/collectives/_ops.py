@@ -36,7 +36,7 @@ from ..runtime._memory import CLOSES as _closes
 from ..runtime import _stream as _stream_module
 from ..runtime._stream import HOLD_CHECK as _HOLD_CHECK
 from ..types import ReduceOp, as_reduce_op
-from ._buffers import Buffer, resolve
+from ._buffers import MAX_COUNT, Buffer, resolve
 
 __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
@@ -112,21 +112,30 @@ def _fast(comm: Any, stream: Any) -> Optional[Stream]:
         return None
 
 
-def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = None, root: Any = None,
-                    peer: Any = None) -> None:
-    """The checks of a call on NumPy arrays before anything is staged: the communicator, ``op``,
-    ``root`` or ``peer`` (each when given), and whether the simulator's product profile refuses
-    ``operation`` on the HCCL type that carries ``dtype`` (as the real product would, with
-    HCCL_E_NOT_SUPPORT). The device operation on the staged data checks them again, but an empty
-    array reaches none.
+_NOT_PASSED = object()  # an argument of _before_staging the operation does not take (None is a value to refuse)
+
+
+def _before_staging(comm: Any, operation: str, dtype: Any, stream: Any, op: Any = _NOT_PASSED,
+                    root: Any = _NOT_PASSED, peer: Any = _NOT_PASSED) -> None:
+    """The checks of a call on NumPy arrays before anything is staged: ``stream`` (which must be
+    None), the communicator, ``op``, ``root`` or ``peer`` (each where the operation takes it, so a
+    None is refused here too), and whether the simulator's product profile refuses ``operation``
+    on the HCCL type that carries ``dtype`` (as the real product would, with HCCL_E_NOT_SUPPORT).
+    The device operation on the staged data checks them again, but an empty array reaches none.
 
     The device paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
+    if stream is not None:
+        # Staging copies in and out and synchronises on the device's hcclpy stream: a stream of the
+        # caller's would be ignored, so it is refused (as out= is on the device path).
+        raise TypeError(f"stream= is for device buffers, got {type(stream).__name__}: calls on NumPy arrays block "
+                        "on hcclpy's own stream of the communicator's device and return when the result is in "
+                        "the array; drop stream=, or pass device buffers")
     _comm_handle(comm)
-    if op is not None:
+    if op is not _NOT_PASSED:
         _op(op)
-    if root is not None:
+    if root is not _NOT_PASSED:
         _rank(comm, root, "root")
-    if peer is not None:
+    if peer is not _NOT_PASSED:
         _peer(comm, peer)
     if comm._profile is not None:
         # float32 runs for complex64, uint8 for dtypes moved as bytes. None: the NumPy path
@@ -171,6 +180,13 @@ def _aligned(buf: Buffer, argument: str) -> None:
                          f"{buf.dtype.name.lower()} elements (reductions need natural alignment)")
 
 
+def _hccl_count(count: int, argument: str) -> None:
+    """Refuse a count HCCL refuses (HCCL_E_PARA): the general paths only, a DeviceArray that large cannot exist."""
+    if count > MAX_COUNT:
+        raise ValueError(f"{argument} holds {count} elements, more than HCCL's largest supported count "
+                         f"0x{MAX_COUNT:X} ({MAX_COUNT}) per call: split the call")
+
+
 def _overlap(a: Buffer, b: Buffer) -> bool:
     a_end = a.address + a.count * a.itemsize
     b_end = b.address + b.count * b.itemsize
@@ -208,10 +224,11 @@ def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]
     jobs reuse the same counts, so a layout seen before costs one dictionary lookup)."""
     try:
         key = values if type(values) is tuple else tuple(values)
-    except TypeError:
-        key = None
-    # A layout seen before (equal as plain ints: 1.0 == 1, so check the types too) is known good.
-    if key is not None and key in comm._vector_cache and all(type(v) is int for v in key):
+        # A layout seen before (equal as plain ints: 1.0 == 1, so check the types too) is known good.
+        known = key in comm._vector_cache
+    except TypeError:  # not iterable, or holding unhashable items (nested lists): refused below
+        key, known = None, False
+    if known and all(type(v) is int for v in key):
         return key
     if key is None or len(key) != comm._size or any(
             isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v >= 2**64 for v in key):
@@ -260,14 +277,23 @@ def _c_vector(comm: CommCore, values: Tuple[int, ...]) -> Any:
     return vector
 
 
-def _no_out(out: Any) -> None:
+def _no_out(out: Any, first: Any, argument: str) -> None:
+    """Refuse ``out=`` on the device path; ``first`` (the call's first buffer, named ``argument``)
+    tells a device call from host values that are not in a NumPy array (``out=`` is then right)."""
     if out is not None:
+        if isinstance(first, (list, float, int, np.generic)):
+            raise TypeError(f"{argument} is a {type(first).__name__}: host values go in a numpy.ndarray "
+                            "(np.asarray(...)), then out= receives the result")
         raise TypeError("out= is for NumPy arrays; with device buffers the output is recv")
 
 
 def _host_output(given: Any, out: Any) -> Any:
-    """The output array of an uneven operation's NumPy form: passed where the device form takes
-    ``recv`` (``f(array, out, counts)``), or as ``out=``, not both."""
+    """The output array of a NumPy call: passed where the device form takes ``recv`` (``f(array,
+    out)``, ``f(array, out, counts)``), or as ``out=``, not both. A device buffer as ``recv`` is
+    refused here, naming it (the NumPy layer only knows it as the output)."""
+    if given is not None and not isinstance(given, np.ndarray):
+        raise TypeError(f"recv must be a numpy.ndarray (or None) when send is one: NumPy calls stage every array "
+                        f"through the device; got {type(given).__name__}")
     if out is None:
         return given
     if given is not None:
@@ -434,9 +460,9 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                     st._seal_held()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_reduce", send.dtype, op)
-        return _host.all_reduce(comm, send, recv if out is None else out, op)
-    _no_out(out)
+        _before_staging(comm, "all_reduce", send.dtype, stream, op)
+        return _host.all_reduce(comm, send, out if recv is None else _host_output(recv, out), op)
+    _no_out(out, send, "send")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb = resolve(send, "send")
@@ -447,6 +473,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
             raise ValueError(f"send has {sb.count} elements but recv {rb.count}; all_reduce needs the same count")
         if sb.address != rb.address and _overlap(sb, rb):
             raise ValueError("send and recv overlap without being the same buffer")
+    _hccl_count(sb.count, "send")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _aligned(sb, "send")
@@ -481,13 +508,14 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                       "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, (code, root))
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce", send.dtype, op, root)
-        return _host.reduce(comm, send, recv if out is None else out, op, root)
-    _no_out(out)
+        _before_staging(comm, "reduce", send.dtype, stream, op, root)
+        return _host.reduce(comm, send, out if recv is None else _host_output(recv, out), op, root)
+    _no_out(out, send, "send")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     sb = resolve(send, "send")
+    _hccl_count(sb.count, "send")
     _on_device(comm, sb, "send")
     _aligned(sb, "send")
     rb = sb
@@ -526,9 +554,9 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
                       comm, n, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce_scatter", send.dtype, op)
-        return _host.reduce_scatter(comm, send, recv if out is None else out, op)
-    _no_out(out)
+        _before_staging(comm, "reduce_scatter", send.dtype, stream, op)
+        return _host.reduce_scatter(comm, send, out if recv is None else _host_output(recv, out), op)
+    _no_out(out, send, "send")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -536,6 +564,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
     if sb.count != rb.count * comm._size:
         raise ValueError(f"send must hold recv.count * size = {rb.count} * {comm._size} = "
                          f"{rb.count * comm._size} elements, it holds {sb.count}")
+    _hccl_count(rb.count, "recv")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _aligned(sb, "send")
@@ -576,12 +605,12 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
                       "HcclReduceScatterV", st, (send, recv), comm, mine, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce_scatter_v", send.dtype, op)
+        _before_staging(comm, "reduce_scatter_v", send.dtype, stream, op)
         counts, target = (recv, None) if send_counts is None else (send_counts, recv)
         return _host.reduce_scatter_v(comm, send, _count_vector(counts, comm, "send_counts"),
                                       _host_output(target, out), op,
                                       _given_displacements(send_displs, comm, "send_displs"))
-    _no_out(out)
+    _no_out(out, send, "send")
     if send_counts is None:
         raise TypeError("reduce_scatter_v needs send_counts")
     handle = _comm_handle(comm)
@@ -620,13 +649,14 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
                   "HcclBroadcast", st, (buf,), comm, buf._size, buf._dtype_c, root)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "broadcast", buf.dtype, root=root)
+        _before_staging(comm, "broadcast", buf.dtype, stream, root=root)
         return _host.broadcast(comm, buf, root, out)
-    _no_out(out)
+    _no_out(out, buf, "buf")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     b = resolve(buf, "buf")
+    _hccl_count(b.count, "buf")
     _on_device(comm, b, "buf")
     if comm._profile is not None:
         comm._profile.check("broadcast", b.dtype)
@@ -651,9 +681,9 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       "HcclAllGather", st, (send, recv), comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_gather", send.dtype)
-        return _host.all_gather(comm, send, recv if out is None else out)
-    _no_out(out)
+        _before_staging(comm, "all_gather", send.dtype, stream)
+        return _host.all_gather(comm, send, out if recv is None else _host_output(recv, out))
+    _no_out(out, send, "send")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -661,6 +691,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     if rb.count != sb.count * comm._size:
         raise ValueError(f"recv must hold send.count * size = {sb.count} * {comm._size} = "
                          f"{sb.count * comm._size} elements, it holds {rb.count}")
+    _hccl_count(sb.count, "send")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     in_place = sb.address == rb.address + comm._rank * sb.count * sb.itemsize
@@ -696,11 +727,11 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
                       "HcclAllGatherV", st, (send, recv), comm, send._size, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_gather_v", send.dtype)
+        _before_staging(comm, "all_gather_v", send.dtype, stream)
         counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
         return _host.all_gather_v(comm, send, _count_vector(counts, comm, "recv_counts"), _host_output(target, out),
                                   _given_displacements(recv_displs, comm, "recv_displs"))
-    _no_out(out)
+    _no_out(out, send, "send")
     if recv_counts is None:
         raise TypeError("all_gather_v needs recv_counts")
     handle = _comm_handle(comm)
@@ -746,9 +777,9 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
                 return recv
     target = recv if out is None else out
     if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
-        _before_staging(comm, "scatter", (target if send is None else send).dtype, root=root)
-        return _host.scatter(comm, send, target, root)
-    _no_out(out)
+        _before_staging(comm, "scatter", (target if send is None else send).dtype, stream, root=root)
+        return _host.scatter(comm, send, out if recv is None else _host_output(recv, out), root)
+    _no_out(out, send, "send")
     if recv is None:
         raise TypeError("scatter needs recv, the device buffer for this rank's block; with NumPy arrays, ranks "
                         "other than the root pass out=, an array for their block")
@@ -756,6 +787,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     rb = resolve(recv, "recv")
+    _hccl_count(rb.count, "recv")
     _on_device(comm, rb, "recv")
     send_ptr = _ffi.NULL
     if root == comm._rank:
@@ -794,9 +826,9 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all", send.dtype)
-        return _host.all_to_all(comm, send, recv if out is None else out)
-    _no_out(out)
+        _before_staging(comm, "all_to_all", send.dtype, stream)
+        return _host.all_to_all(comm, send, out if recv is None else _host_output(recv, out))
+    _no_out(out, send, "send")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -810,6 +842,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     if comm._profile is not None:
         comm._profile.check("all_to_all", sb.dtype)
     per_rank = sb.count // comm._size
+    _hccl_count(per_rank, "each block of send")
     _done(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
           "HcclAlltoAll", st, (send, recv), comm, per_rank, sb.dtype_c, -1)
     return recv
@@ -848,14 +881,14 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
                       "HcclAlltoAllV", st, (send, recv), comm, sent[3], send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all_v", send.dtype)
+        _before_staging(comm, "all_to_all_v", send.dtype, stream)
         if recv_counts is None:  # (array, send_counts, recv_counts)
             recv, send_counts, recv_counts = None, recv, send_counts
         return _host.all_to_all_v(comm, send, _count_vector(send_counts, comm, "send_counts"),
                                   _count_vector(recv_counts, comm, "recv_counts"), _host_output(recv, out),
                                   _given_displacements(send_displs, comm, "send_displs"),
                                   _given_displacements(recv_displs, comm, "recv_displs"))
-    _no_out(out)
+    _no_out(out, send, "send")
     if recv_counts is None:
         raise TypeError("all_to_all_v needs recv_counts")
     handle = _comm_handle(comm)
@@ -906,10 +939,10 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
                       comm, sent, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all_vc", send.dtype)
+        _before_staging(comm, "all_to_all_vc", send.dtype, stream)
         matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
         return _host.all_to_all_vc(comm, send, _count_matrix(comm, matrix), _host_output(target, out))
-    _no_out(out)
+    _no_out(out, send, "send")
     if send_count_matrix is None:
         raise TypeError("all_to_all_vc needs send_count_matrix")
     handle = _comm_handle(comm)
@@ -944,6 +977,7 @@ def _point_to_point(comm: Any, buf: Any, peer: Any, stream: Optional[Stream], na
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     b = resolve(buf, "buf")
+    _hccl_count(b.count, "buf")
     if comm._profile is not None:  # before the peer, as HCCL checks
         comm._profile.check("send" if name == "HcclSend" else "recv", b.dtype)
     peer = _peer(comm, peer)
@@ -962,7 +996,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               "HcclSend", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return None
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "send", buf.dtype, peer=peer)
+        _before_staging(comm, "send", buf.dtype, stream, peer=peer)
         return _host.send(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclSend")
     return None
@@ -977,7 +1011,7 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               "HcclRecv", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "recv", buf.dtype, peer=peer)
+        _before_staging(comm, "recv", buf.dtype, stream, peer=peer)
         return _host.recv(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclRecv")
     return buf
@@ -1006,6 +1040,13 @@ def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, L
     except (TypeError, ValueError):  # an item that is not a (kind, buffer, peer) triple, an unhashable kind
         return None
     return (tuple(rows), buffers) if rows else None
+
+
+def _batch_item(index: int, item: Any) -> Any:
+    """``item`` (``items[index]`` of a batch), checked to be a ``(kind, buffer, peer)`` triple."""
+    if not isinstance(item, (tuple, list)) or len(item) != 3 or type(item[0]) is not str or item[0] not in _KINDS:
+        raise ValueError(f"items[{index}] must be ('send' | 'recv', buffer, peer), got {item!r}")
+    return item
 
 
 def _receives_apart(spans: Sequence[Tuple[int, int, bool]]) -> None:
@@ -1097,8 +1138,10 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
         raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
     if items and _host is not None and all(
             isinstance(i, (tuple, list)) and len(i) == 3 and isinstance(i[1], np.ndarray) for i in items):
-        for item in items:
-            _before_staging(comm, "batch_send_recv", item[1].dtype)
+        for index, item in enumerate(items):
+            _batch_item(index, item)
+            _before_staging(comm, "batch_send_recv", item[1].dtype, stream)
+            _peer(comm, item[2], f"items[{index}] peer")
         return _host.batch_send_recv(comm, items)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
@@ -1106,10 +1149,9 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     keep: List[Any] = []
     spans: List[Tuple[int, int, bool]] = []
     for index, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in _KINDS:
-            raise ValueError(f"items[{index}] must be ('send' | 'recv', buffer, peer), got {item!r}")
-        kind, buf, peer = item
+        kind, buf, peer = _batch_item(index, item)
         b = resolve(buf, f"items[{index}] buffer")
+        _hccl_count(b.count, f"items[{index}] buffer")
         _on_device(comm, b, f"items[{index}] buffer")
         if comm._profile is not None:
             comm._profile.check("batch_send_recv", b.dtype)
