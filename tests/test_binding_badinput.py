@@ -126,6 +126,20 @@ def _run_matrix(cases: Sequence[Case]) -> List[str]:
     return failures
 
 
+def _run_without_c(comm: Any, cases: List[Any]) -> List[str]:
+    """:func:`_run_matrix` with the communicator's C functions replaced by ones that record any
+    call: a refusal must come before C (a call is one more failure)."""
+    real_api = comm._api
+    guard = comm._api = NoCCalls(real_api)
+    try:
+        failures = _run_matrix(cases)
+    finally:
+        comm._api = real_api
+    if guard.calls:
+        failures.append(f"C functions were called: {guard.calls}")
+    return failures
+
+
 def _matrix(rank: int, size: int, info: bytes) -> List[str]:
     comm = hcclpy.Communicator(size, info, rank, device=rank)
     peer = 1 - rank
@@ -350,14 +364,7 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
         ("misaligned reduce_scatter", lambda: cm.reduce_scatter((big.ptr + 4, 8, "float64"), (f32b.ptr, 4, "float64")),
          ValueError, "^send at 0x[0-9a-f]+ is not aligned to its 8-byte fp64"),
     ]
-    real_api = comm._api
-    guard = comm._api = NoCCalls(real_api)
-    try:
-        failures = _run_matrix(cases)
-    finally:
-        comm._api = real_api
-    if guard.calls:
-        failures.append(f"C functions were called: {guard.calls}")
+    failures = _run_without_c(comm, cases)
     # The communicator still works: both ranks reach the same all_reduce.
     x = hcclpy.from_numpy(np.full(8, rank + 1, np.float32))
     comm.all_reduce(x, f32b, SUM, stream=s)
@@ -691,15 +698,11 @@ def test_malformed_null_huge_and_foreign_buffers_are_refused_before_any_c_call()
         ("is_contiguous an attribute", lambda: comm.broadcast(attribute, stream=s), TypeError,
          r"^buf.is_contiguous must be a method \(as torch's\), got bool"),
     ]
-    real_api = comm._api
-    guard = comm._api = NoCCalls(real_api)
     try:
-        failures = _run_matrix(cases)
+        failures = _run_without_c(comm, cases)
     finally:
-        comm._api = real_api
         s.close()
         comm.destroy()
-    assert not guard.calls, guard.calls
     assert not failures, "\n".join(failures)
 
 
