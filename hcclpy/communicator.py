@@ -18,6 +18,7 @@ from .config import CommConfig
 from .errors import HcclError, HcclResult, UnsupportedError, communicator_error
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
+from .runtime._device import check_visible, visible_devices
 from .types import DataType
 
 __all__ = ["Communicator"]
@@ -92,9 +93,7 @@ def _per_operation(items: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
 def _device_for(device: Any) -> Device:
     if device is not None:
         dev = Device(device)
-        count = device_count()
-        if dev.id >= count:
-            raise ValueError(f"device={dev.id} is out of range: {count} device(s) are visible (0..{count - 1})")
+        check_visible(dev.id)
         return dev
     return Device.current() or Device(0)
 
@@ -274,7 +273,7 @@ class Communicator(CommCore):
             raise ValueError(f"devices={ids} lists a device twice")
         count = device_count()
         if max(ids) >= count:
-            raise ValueError(f"devices={ids}: only {count} device(s) are visible (0..{count - 1})")
+            raise ValueError(f"devices={ids}: {visible_devices(count)}")
         bound = _ffi.api()
         comms = _ffi.new("HcclComm[]", len(ids))
         _ffi.check_hccl(bound.HcclCommInitAll(len(ids), _ffi.new("int32_t[]", ids), comms), "HcclCommInitAll")

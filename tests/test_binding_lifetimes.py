@@ -546,3 +546,224 @@ def test_a_refused_device_block_leaves_the_outer_ones_intact() -> None:
     thread.start()
     thread.join(60)
     assert out == [hcclpy.Device(1), hcclpy.Device(0)]
+
+
+# ------------------------------------------- queued work, closes, failures and the collector
+
+def _threads(*bodies: Callable[[], Any], timeout: float = 60) -> List[Any]:
+    """Run each body on a thread of its own (its own current device); their results, or raise the
+    first error. Fails, rather than hangs, when one is still running after ``timeout`` seconds."""
+    out: List[Any] = [None] * len(bodies)
+    errors: List[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            out[index] = bodies[index]()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]
+    return out
+
+
+def _pair(config: Any = None) -> List[hcclpy.Communicator]:
+    """Two communicators on devices 0 and 1, made from one thread per rank (operations time out
+    after 20 s unless ``config`` says otherwise: a test that fails must not wait long)."""
+    config = config or {"exec_timeout": 20}
+    info = hcclpy.RootInfo.generate(device=0)
+    return _threads(*(lambda r=r: hcclpy.Communicator(2, info, r, device=r, config=config) for r in range(2)))
+
+
+def _peer_all_reduce(comm: hcclpy.Communicator, values: np.ndarray) -> Callable[[], np.ndarray]:
+    """The peer's side of an all_reduce, on a stream of its own; returns its result."""
+    def body() -> np.ndarray:
+        comm.device.set_current()
+        with comm.device.create_stream() as stream:
+            y = hcclpy.from_numpy(values, device=comm.device)
+            comm.all_reduce(y, stream=stream)
+            stream.synchronize(timeout=20)
+            return y.to_numpy()
+    return body
+
+
+@pytest.mark.timeout(120)
+def test_closing_an_array_that_queued_work_uses_defers_the_free() -> None:
+    # README: "a stream keeps the device arrays of the operations queued on it alive until it knows
+    # they are done". close() from another thread must not hand their memory to a new array.
+    comms = _pair()
+    try:
+        stream = hcclpy.Device(0).create_stream()
+        x = hcclpy.from_numpy(np.ones(1024, np.float32), device=0)
+        comms[0].all_reduce(x, stream=stream)  # queued: the peer has not joined yet
+        _threads(x.close)
+        assert x.closed and x[:4].closed  # closed for the user at once, views too
+        with pytest.raises(ValueError, match="closed"):
+            comms[0].all_reduce(x, stream=stream)
+        z = hcclpy.from_numpy(np.full(1024, 7, np.float32), device=0)  # must not get x's memory
+        peer, = _threads(_peer_all_reduce(comms[1], np.full(1024, 100, np.float32)))
+        stream.synchronize(timeout=20)
+        np.testing.assert_array_equal(peer, np.full(1024, 101, np.float32))
+        np.testing.assert_array_equal(z.to_numpy(), np.full(1024, 7, np.float32))
+        stream.close()
+        # Nothing holds it any more: the next allocation frees it; nothing is left deferred.
+        hcclpy.zeros(4, device=0)
+        from hcclpy.runtime import _memory
+        assert not _memory._deferred
+        unheld = hcclpy.zeros(4, device=0)
+        unheld.close()  # the common case: freed at once
+        assert unheld.closed and not _memory._deferred
+    finally:
+        for c in comms:
+            c.destroy(timeout=5)
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_default_stream_is_replaced_for_new_communicators() -> None:
+    # The documented recovery: destroy the failed communicator, create a new one. Its operations
+    # without stream= use the device's default stream, which the failure must not have broken.
+    old = _pair({"exec_timeout": 1})
+    x = hcclpy.from_numpy(np.ones(4, np.float32), device=0)
+    with hcclpy.Device(0):
+        old[0].all_reduce(x)  # the peer never joins: fails after the exec timeout
+        failed = hcclpy.Device(0).default_stream
+        with pytest.raises(hcclpy.CommTimeoutError):
+            failed.synchronize(timeout=30)
+    for c in old:
+        c.destroy(timeout=1)
+    new = _pair()
+    try:
+        def rank(r: int) -> np.ndarray:
+            def body() -> np.ndarray:
+                new[r].device.set_current()
+                y = hcclpy.from_numpy(np.full(4, r + 1.0, np.float32), device=r)
+                new[r].all_reduce(y)  # the default stream
+                new[r].device.default_stream.synchronize(timeout=20)
+                return y.to_numpy()
+            return body
+
+        results = _threads(rank(0), rank(1))
+        for result in results:
+            np.testing.assert_array_equal(result, np.full(4, 3.0, np.float32))
+        assert failed.closed and hcclpy.Device(0).default_stream is not failed
+    finally:
+        for c in new:
+            c.destroy(timeout=5)
+
+
+@pytest.mark.timeout(120)
+def test_a_group_ending_during_a_synchronisation_keeps_its_buffers() -> None:
+    # Thread B's wait returns before thread A's group ends and queues its all_reduce on the
+    # stream; B must not then let go of the group's temporary buffer (its memory would be reused).
+    comms = _pair()
+    stream = hcclpy.Device(0).create_stream()
+    wait = stream._sync
+    queued, waited, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def wait_until_the_group_ended(handle: Any) -> int:
+        rc = wait(handle)
+        waited.set()
+        assert ended.wait(20)
+        return rc
+
+    def a() -> None:
+        hcclpy.Device(0).set_current()
+        with hcclpy.group():
+            comms[0].all_reduce(hcclpy.from_numpy(np.ones(1024, np.float32), device=0), stream=stream)
+            queued.set()
+            assert waited.wait(20)
+        ended.set()
+
+    def b() -> None:
+        hcclpy.Device(0).set_current()
+        assert queued.wait(20)
+        stream._sync = wait_until_the_group_ended
+        stream.synchronize()
+
+    try:
+        _threads(a, b)
+        stream._sync = wait
+        assert any(type(held) is hcclpy.DeviceArray for held in stream._held), "the group's buffer was let go"
+        gc.collect()
+        canary = hcclpy.from_numpy(np.full(1024, 99, np.float32), device=0)  # would reuse freed memory
+        peer, = _threads(_peer_all_reduce(comms[1], np.zeros(1024, np.float32)))
+        stream.synchronize(timeout=20)
+        np.testing.assert_array_equal(peer, np.ones(1024, np.float32))
+        np.testing.assert_array_equal(canary.to_numpy(), np.full(1024, 99, np.float32))
+    finally:
+        for c in comms:
+            c.destroy(timeout=5)  # first: aborts work a failed test left queued
+        stream.close()
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.timeout(120)
+def test_collecting_a_stream_with_queued_work_does_not_wait_for_it() -> None:
+    # The collector runs in whatever thread allocates: waiting there for a collective can wait
+    # for the very thread collecting. The stream is destroyed once its work has ended, and its
+    # buffers stay alive until then.
+    comms = _pair()
+    try:
+        holder = _Cycle()
+        holder.stream = hcclpy.Device(0).create_stream()
+        with hcclpy.Device(0):
+            comms[0].all_reduce(hcclpy.from_numpy(np.ones(1024, np.float32), device=0), stream=holder.stream)
+        handle = holder.stream.handle
+        del holder
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            collect = threading.Thread(target=gc.collect, daemon=True)
+            collect.start()
+            collect.join(20)  # a collector that waited for the work would wait for the peer below
+        assert not collect.is_alive(), "collecting the stream waited for its queued work"
+        from hcclpy.runtime import _stream
+        assert handle in [_ffi.address(cdata) for _, cdata, _ in _stream._parked]
+        canary = hcclpy.from_numpy(np.full(1024, 99, np.float32), device=0)
+        peer, = _threads(_peer_all_reduce(comms[1], np.zeros(1024, np.float32)))
+        np.testing.assert_array_equal(peer, np.ones(1024, np.float32))
+        np.testing.assert_array_equal(canary.to_numpy(), np.full(1024, 99, np.float32))
+        hcclpy.Device(0).create_stream().close()  # a later stream destroys the idle parked one
+        assert not _stream._parked
+    finally:
+        for c in comms:
+            c.destroy(timeout=5)
+
+
+def test_bad_shapes_devices_and_streams_of_arrays() -> None:
+    for shape in (True, False, (2, True), [np.True_]):
+        with pytest.raises(TypeError, match="shape"):
+            hcclpy.empty(shape)
+        with pytest.raises(TypeError, match="shape"):
+            hcclpy.zeros(shape)
+    count = hcclpy.device_count()
+    for shape in (0, 4):
+        with pytest.raises(ValueError, match=f"device={count} is out of range"):
+            hcclpy.empty(shape, device=count)
+    other = hcclpy.Device(1).create_stream()
+    closed = hcclpy.Device(0).create_stream()
+    closed.close()
+    for size in (0, 4):
+        a = hcclpy.zeros(size, device=0)
+        host = np.zeros(size, np.float32)
+        for call in (lambda s: a.fill_zero(stream=s), lambda s: a.copy_from(host, stream=s),
+                     lambda s: a.copy_to(host, stream=s), lambda s: a.to_numpy(stream=s)):
+            with pytest.raises(TypeError, match="stream=5 must be an hcclpy.Stream or None"):
+                call(5)
+            with pytest.raises(ValueError, match="stream is on device 1 but this array is on device 0"):
+                call(other)
+            with pytest.raises(ValueError, match="closed Stream"):
+                call(closed)
+        np.testing.assert_array_equal(a.to_numpy(), np.zeros(size, np.float32))
+    other.close()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _ffi
+from ..errors import HcclpyError
 
 if TYPE_CHECKING:
     from ._event import Event
@@ -32,11 +33,22 @@ def current_device_id() -> Optional[int]:
     return int(out[0]) if bound.aclrtGetDevice(out) == 0 else None
 
 
-def set_current_device(device_id: int) -> None:
-    """Make ``device_id`` current on the calling thread (validated first)."""
+def visible_devices(count: int) -> str:
+    """How many devices are visible, in words for error messages."""
+    return "no device is visible" if count == 0 else f"{count} device(s) are visible (0..{count - 1})"
+
+
+def check_visible(device_id: int, argument: str = "device") -> None:
+    """Raise ValueError unless ``device_id`` is a device visible now (a check for the calls that
+    would not reach a C call refusing it, or would reach it with a less clear message)."""
     count = device_count()
     if not 0 <= device_id < count:
-        raise ValueError(f"device={device_id} is out of range: {count} device(s) are visible (0..{count - 1})")
+        raise ValueError(f"{argument}={device_id} is out of range: {visible_devices(count)}")
+
+
+def set_current_device(device_id: int) -> None:
+    """Make ``device_id`` current on the calling thread (validated first)."""
+    check_visible(device_id)
     _ffi.check_acl(_ffi.api().aclrtSetDevice(device_id), "aclrtSetDevice")
 
 
@@ -158,12 +170,27 @@ class Device:
 
     @property
     def default_stream(self) -> "Stream":
-        """A stream hcclpy creates once per device and process, used wherever ``stream=None``."""
+        """A stream hcclpy creates per device and process, used wherever ``stream=None``.
+
+        Every communicator of the device in the process shares it: communicators used concurrently
+        from several threads must each pass a ``stream=`` of their own (work queued in crossed
+        orders on one stream deadlocks). Queued work that failed makes a stream fail for good; a
+        default stream that did (as a synchronisation or query raised) is replaced by a new one
+        here, so a communicator created after the failure starts on a working stream. The failed
+        one is closed (destroyed once its work has ended).
+        """
         stream = self._default_streams.get(self._id)
-        if stream is None or stream.closed:
+        if stream is None or stream._live_device < 0 or stream._failed:
             with self._lock:
                 stream = self._default_streams.get(self._id)
-                if stream is None or stream.closed:
+                if stream is None or stream._live_device < 0 or stream._failed:
+                    if stream is not None:
+                        # Closed, so that the operations' cached default stream is seen as stale
+                        # (they look again when theirs is closed) and nothing is queued on it again.
+                        try:
+                            stream._close(wait=False)
+                        except HcclpyError:  # its failure was reported already; the new stream matters
+                            pass
                     stream = self.create_stream()
                     self._default_streams[self._id] = stream
         return stream

@@ -88,10 +88,12 @@ class Event:
             raise ValueError(f"stream is on device {stream._device_id} but the event was created on device "
                              f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
-        _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
         # Inside a group, operations queued before the record go on the stream after it, when the
-        # group ends: the event's completion says nothing about them (mark 0 marks nothing).
-        self._recorded = (stream._progress, 0 if _stream.groups_open else upto)
+        # group ends: the event's completion says nothing about them (mark 0 marks nothing). Read
+        # before the call too: a group that ends after it queued its work after the record.
+        groups = _stream.groups_open
+        _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
+        self._recorded = (stream._progress, 0 if groups else upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.
@@ -99,7 +101,8 @@ class Event:
             _trace.completed(*self._recorded)
 
     def query(self) -> bool:
-        """True if the work before the event's last record has finished; False otherwise."""
+        """True if the work before the event's last record has finished; False otherwise, and for
+        an event never recorded (as AscendCL answers NOT_READY for it)."""
         status = _ffi.new("aclrtEventRecordedStatus *")
         _ffi.check_acl(_ffi.api().aclrtQueryEventStatus(self._cdata(), status), "aclrtQueryEventStatus")
         done = int(status[0]) == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE

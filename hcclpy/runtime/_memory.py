@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import _ffi
 from ..types import DataType, as_datatype, numpy_dtype
-from ._device import Device
+from ._device import Device, check_visible
 from ._lifetime import attach, close_now
+from . import _stream
 from ._stream import Stream
 
 __all__ = ["DeviceArray", "empty", "zeros", "from_numpy", "pinned_empty"]
@@ -27,6 +29,11 @@ _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
 CLOSES = [0]
 _MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an allocation
 
+# Allocations closed while a stream still held an array of them for queued work, by id: freed
+# when no stream holds one any more (looked at by later allocations and closes) or by the
+# collector. Weak: a deferred allocation nobody references is the collector's to free.
+_deferred: "dict[int, weakref.ref]" = {}
+
 
 def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
     nbytes = math.prod(dims) * itemsize
@@ -37,10 +44,12 @@ def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
 
 def _shape_of(shape: ShapeLike, negative_ok: bool = False) -> Tuple[int, ...]:
     try:
-        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        dims = tuple(operator.index(d) for d in dims)
+        given = (shape,) if isinstance(shape, (int, np.integer, bool, np.bool_)) else tuple(shape)
+        if any(isinstance(d, (bool, np.bool_)) for d in given):  # ints to Python, never sizes (as for NumPy)
+            raise TypeError
+        dims = tuple(operator.index(d) for d in given)
     except TypeError:
-        raise TypeError(f"shape={shape!r} must be an int or a sequence of ints") from None
+        raise TypeError(f"shape={shape!r} must be an int or a sequence of ints (a bool is not a size)") from None
     if any(d < (-1 if negative_ok else 0) for d in dims):
         raise ValueError(f"shape={shape!r} has a negative dimension")
     return dims
@@ -49,7 +58,23 @@ def _shape_of(shape: ShapeLike, negative_ok: bool = False) -> Tuple[int, ...]:
 def _device_of(device: Any) -> Device:
     if device is None:
         return Device.current() or Device(0)
-    return Device(device)
+    dev = Device(device)
+    check_visible(dev.id)  # here: an empty array makes no C call that would refuse the id
+    return dev
+
+
+def _held_by_a_stream(alloc: "_Allocation") -> bool:
+    """True if a stream keeps an array of ``alloc`` alive for queued work."""
+    return any(type(item) is DeviceArray and item._alloc is alloc for item in _stream.held_objects(alloc.device_id))
+
+
+def _free_deferred() -> None:
+    """Free the closed allocations that no stream holds any more."""
+    for key, ref in list(_deferred.items()):
+        alloc = ref()
+        if alloc is not None and not _held_by_a_stream(alloc):
+            _deferred.pop(key, None)
+            close_now(alloc.finalizer)
 
 
 class _Allocation:
@@ -65,6 +90,8 @@ class _Allocation:
         self.ptr = 0
         release = None
         if nbytes > 0:
+            if _deferred:  # first: their memory may serve this allocation
+                _free_deferred()
             bound = _ffi.api()
             out = _ffi.new("void **")
             with device:
@@ -228,7 +255,7 @@ class DeviceArray:
         if -1 in dims:
             known = math.prod(d for d in dims if d != -1)
             if known == 0 or self._size % known:
-                raise ValueError(f"cannot reshape {self._size} elements into {tuple(shape)}")
+                raise ValueError(f"cannot reshape {self._size} elements into {tuple(dims)}")
             dims[dims.index(-1)] = self._size // known
         new_shape = _shape_of(dims)
         if math.prod(new_shape) != self._size:
@@ -248,6 +275,18 @@ class DeviceArray:
             raise ValueError(f"{argument} has {array.size} elements, the DeviceArray {self._size}")
         return array
 
+    def _check_stream(self, stream: Optional[Stream], what: str) -> None:
+        """Refuse a ``stream=`` other than None or an open stream of this array's device (checked
+        also when the array is empty and nothing is queued: a bad argument is a bug either way)."""
+        if stream is None:
+            return
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream={stream!r} must be an hcclpy.Stream or None, got {type(stream).__name__}")
+        if stream._device_id != self._alloc.device_id:
+            raise ValueError(f"stream is on device {stream._device_id} but this array is on device "
+                             f"{self._alloc.device_id}; queue the {what} on a stream of the array's device")
+        stream._check_open()
+
     def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...]) -> None:
         """Copy this array's bytes from ``src`` to ``dst`` (addresses), now or queued on ``stream``,
         which then keeps ``keep`` (the arrays involved) alive until the copy is done."""
@@ -259,11 +298,6 @@ class DeviceArray:
             _ffi.check_acl(bound.aclrtMemcpy(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind),
                            "aclrtMemcpy")
             return
-        if not isinstance(stream, Stream):
-            raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
-        if stream._device_id != self._alloc.device_id:
-            raise ValueError(f"stream is on device {stream._device_id} but this array is on device "
-                             f"{self._alloc.device_id}; queue the copy on a stream of the array's device")
         _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
                                               stream._cdata()), "aclrtMemcpyAsync")
         stream._hold(keep)
@@ -276,6 +310,7 @@ class DeviceArray:
         until then (the copy is only asynchronous for pinned memory, see :func:`pinned_empty`).
         """
         self._check_open()
+        self._check_stream(stream, "copy")
         if isinstance(src, DeviceArray):
             src._check_open()
             if src._dtype != self._dtype or src._size != self._size:
@@ -294,6 +329,7 @@ class DeviceArray:
         """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable and
         C-contiguous). Queued on ``stream`` if given, as for :meth:`copy_from`."""
         self._check_open()
+        self._check_stream(stream, "copy")
         if isinstance(dst, DeviceArray):
             dst.copy_from(self, stream=stream)
             return
@@ -313,8 +349,16 @@ class DeviceArray:
         return out
 
     def fill_zero(self, *, stream: Optional[Stream] = None) -> None:
-        """Set every byte to zero (queued on ``stream`` if given)."""
+        """Set every byte to zero (queued on ``stream`` if given, which then keeps the array alive
+        until it is done).
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``stream`` is not None or an open stream of the array's device.
+        """
         self._check_open()
+        self._check_stream(stream, "memset")
         if self.nbytes == 0:
             return
         bound = _ffi.api()
@@ -327,11 +371,22 @@ class DeviceArray:
             stream._hold((self,))
 
     def close(self) -> None:
-        """Free the memory now: the whole allocation, also when called on a view (every array that
-        views it becomes unusable). Idempotent."""
-        self._alloc.live_device = -1
+        """Free the memory: the whole allocation, also when called on a view (every array that
+        views it becomes unusable at once). Idempotent.
+
+        The memory is freed now unless work queued on a stream still uses it (a stream holds an
+        array of it): then it is freed once no stream does, so that no new array gets memory that
+        queued work will still write.
+        """
+        alloc = self._alloc
+        alloc.live_device = -1
         CLOSES[0] += 1
-        close_now(self._alloc.finalizer)
+        if alloc.finalizer.alive and _held_by_a_stream(alloc):
+            _deferred[id(alloc)] = weakref.ref(alloc, lambda _, key=id(alloc): _deferred.pop(key, None))
+        else:
+            close_now(alloc.finalizer)
+        if _deferred:
+            _free_deferred()
 
     def __enter__(self) -> "DeviceArray":
         return self

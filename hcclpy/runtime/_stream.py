@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
-from ..errors import AclErrorCode
-from ._device import Device
-from ._lifetime import attach, close_now
+from ..errors import AclErrorCode, HcclpyError
+from ._device import Device, check_visible
+from ._lifetime import attach
 
 __all__ = ["Stream"]
 
@@ -24,6 +24,78 @@ _now = _trace.now
 # stream found idle says nothing about them, so no stream lets go of held buffers or marks work
 # complete until every group has ended.
 groups_open = 0
+
+
+class _Holdings:
+    """What a stream keeps alive for its queued work, in an object of its own: the registry of
+    live streams lists it (so :meth:`DeviceArray.close` can tell whether queued work still uses an
+    allocation), and a stream collected with work pending is parked with it (so that work keeps
+    its buffers). ``held`` is always the stream's current ``_held`` list; ``sealed`` its
+    ``_sealed`` list, which is never replaced, only changed in place."""
+
+    __slots__ = ("held", "sealed", "device_id")
+
+    def __init__(self, device_id: int) -> None:
+        self.held: list = []
+        self.sealed: List[Tuple[int, list]] = []
+        self.device_id = device_id
+
+
+# The holdings of every stream not yet destroyed (parked ones included). No lock: set.add,
+# set.discard and set.copy are atomic under the GIL and never run Python code, so they are safe
+# from the collector's finalizers too.
+_registry: set = set()
+# Streams collected with work pending, as (api, handle, holdings): destroying one would block
+# until its work is done (the collector must never block), so it is destroyed once idle.
+_parked: List[Tuple[Any, Any, _Holdings]] = []
+_parked_lock = threading.Lock()  # taken by whoever destroys parked streams, never by a finalizer
+
+
+def held_objects(device_id: int) -> Iterator[Any]:
+    """Every object a stream of device ``device_id`` (open, or parked after collection) keeps alive
+    for queued work. Not a fast path: it copies each list it reads, since other threads append."""
+    for holdings in _registry.copy():
+        if holdings.device_id == device_id:
+            yield from holdings.held[:]
+            for _mark, segment in holdings.sealed[:]:
+                yield from segment[:]
+
+
+def _pending(bound: Any, cdata: Any) -> bool:
+    """True if work queued on the stream has not finished (a stream that failed has none pending)."""
+    return bound.aclrtSynchronizeStreamWithTimeout(cdata, 0) == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+
+
+def _release(bound: Any, cdata: Any, holdings: _Holdings, owned: bool, wait: bool) -> None:
+    """Destroy an owned stream's handle (a borrowed one is only forgotten) and let go of what it
+    held. ``wait=False`` (the collector) parks a stream with work pending instead: destroying it
+    would wait for that work, which may be a collective waiting for the very thread collecting."""
+    if owned and not wait and _pending(bound, cdata):
+        _parked.append((bound, cdata, holdings))
+        return
+    try:
+        if owned:
+            _ffi.check_acl(bound.aclrtDestroyStream(cdata), "aclrtDestroyStream")
+    finally:
+        _registry.discard(holdings)
+        holdings.held = []
+        del holdings.sealed[:]
+
+
+def destroy_parked() -> None:
+    """Destroy the parked streams whose work has ended (never waits; errors are the runtime's,
+    reported when the stream's work failed, so they are not raised again here)."""
+    if not _parked:
+        return
+    with _parked_lock:
+        for entry in _parked[:]:
+            bound, cdata, holdings = entry
+            if not _pending(bound, cdata):
+                _parked.remove(entry)
+                try:
+                    _release(bound, cdata, holdings, True, True)
+                except HcclpyError:
+                    pass
 
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
@@ -44,7 +116,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_sealed", "_progress", "_sync")
+                 "_live_device", "_held", "_sealed", "_holdings", "_progress", "_sync", "_failed")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -67,24 +139,27 @@ class Stream:
         # The operations append to _held (from any thread); a synchronisation lets go of the ones
         # held when it began. Beyond HOLD_CHECK, _seal_held() moves them to a segment in _sealed,
         # under a mark, and lets go of a segment once the stream's progress passes its mark.
-        self._held: list = []
-        self._sealed: List[Tuple[int, list]] = []
+        holdings = self._holdings = _Holdings(device.id)
+        self._held = holdings.held
+        self._sealed = holdings.sealed
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
-        self._sync = _ffi.api().aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
-        release = None
-        if owned:
-            bound, cdata = _ffi.api(), self._ptr_cdata
-
-            def release() -> None:
-                _ffi.check_acl(bound.aclrtDestroyStream(cdata), "aclrtDestroyStream")
-
-        self._finalizer = attach(self, release, "hcclpy.Stream")
+        bound, cdata = _ffi.api(), self._ptr_cdata
+        self._sync = bound.aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
+        # True once queued work failed (an error, not a wait's timeout): the stream fails for good,
+        # so the device replaces a failed default stream (see Device.default_stream).
+        self._failed = False
+        _registry.add(holdings)
+        # The collector never waits: a stream collected with work pending is parked (see _release).
+        # A borrowed stream is released too, to leave the registry, but never warns.
+        self._finalizer = attach(self, lambda: _release(bound, cdata, holdings, owned, False), "hcclpy.Stream",
+                                 warn=owned)
         return self
 
     @classmethod
     def _create(cls, device: Device, priority: int = 0) -> "Stream":
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 7:
             raise ValueError(f"priority={priority!r} must be an int in 0..7")
+        destroy_parked()
         bound = _ffi.api()
         out = _ffi.new("aclrtStream *")
         with device:
@@ -109,9 +184,7 @@ class Stream:
         if isinstance(handle, bool) or not isinstance(handle, int) or not 0 < handle < 2**64:
             raise ValueError(f"handle={handle!r} must be a non-zero aclrtStream address (an int below 2**64)")
         dev = Device(device)
-        count = dev.count()
-        if dev.id >= count:
-            raise ValueError(f"device={dev.id} is out of range: {count} device(s) are visible (0..{count - 1})")
+        check_visible(dev.id)
         return cls._wrap(handle, dev, owned=False, owner=owner)
 
     @property
@@ -162,9 +235,11 @@ class Stream:
             # After the swap: an operation whose buffers are in the segment was queued before its
             # thread read self._held, so before this mark.
             self._sealed.append((_now(), segment))  # before the query, which may raise
-            if not self.query() and not groups_open:  # (a drained stream lets go of everything)
+            self._holdings.held = self._held  # (after the append: the registry sees the segment all along)
+            groups = groups_open  # before the query's C call: see synchronize()
+            if not self.query() and not groups:  # (a drained stream lets go of everything)
                 done = self._progress[0]
-                self._sealed = [s for s in self._sealed if s[0] >= done]  # a mark equal to done may be later
+                self._sealed[:] = [s for s in self._sealed if s[0] >= done]  # a mark equal to done may be later
 
     def _let_go(self, held: list, count: int, upto: int) -> None:
         """Work queued before mark ``upto`` is done: let go of the first ``count`` buffers of ``held``
@@ -173,7 +248,7 @@ class Stream:
         del held[:count]
         if self._sealed:
             with _sealing:
-                self._sealed = [s for s in self._sealed if s[0] >= upto]
+                self._sealed[:] = [s for s in self._sealed if s[0] >= upto]
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
@@ -197,9 +272,12 @@ class Stream:
             held = self._held
             count = len(held)
             upto = _now()
+            # Read before the wait, not after: a group that ends during the wait queues work the
+            # wait did not cover, and its buffers must stay held (see groups_open).
+            groups = groups_open
             rc = self._sync(self._ptr_cdata)
             if not rc:
-                if groups_open:  # see groups_open
+                if groups:
                     return
                 progress = self._progress
                 if upto > progress[0]:
@@ -210,25 +288,31 @@ class Stream:
                 else:
                     del held[:count]
                 return
-            _trace.failed(self._progress, upto)
-            raise _ffi.acl_failure(rc, "aclrtSynchronizeStream")
+            raise self._failure(rc, "aclrtSynchronizeStream", upto)
         ms = _timeout_ms(timeout)
         bound = _ffi.api()
         cdata = self._cdata()
         held = self._held
         count = len(held)
         upto = _trace.mark()
+        groups = groups_open  # before the wait: see above
         if ms < 0:
             rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
         else:
             rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
         if rc:
-            if rc != AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
-                _trace.failed(self._progress, upto)
-            raise _ffi.acl_failure(rc, name)
-        if not groups_open:  # see groups_open
+            raise self._failure(rc, name, upto)
+        if not groups:  # see groups_open
             _trace.completed(self._progress, upto)
             self._let_go(held, count, upto)
+
+    def _failure(self, rc: int, name: str, upto: int) -> Exception:
+        """The exception for a wait that returned ``rc``. Anything but the wait's own timeout means
+        queued work failed, and the stream with it, for good."""
+        if rc != AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+            self._failed = True
+            _trace.failed(self._progress, upto)
+        return _ffi.acl_failure(rc, name)
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
@@ -236,13 +320,13 @@ class Stream:
         held = self._held
         count = len(held)
         upto = _trace.mark()
+        groups = groups_open  # before the C call: see synchronize()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
         if rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
             return False
         if rc:
-            _trace.failed(self._progress, upto)
-            raise _ffi.acl_failure(rc, "aclrtSynchronizeStreamWithTimeout")
-        if not groups_open:  # see groups_open
+            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
+        if not groups:  # see groups_open
             _trace.completed(self._progress, upto)
             self._let_go(held, count, upto)
         return True
@@ -269,9 +353,18 @@ class Stream:
 
     def close(self) -> None:
         """Synchronise and destroy the stream (a borrowed stream is only forgotten). Idempotent."""
+        self._close(wait=True)
+        destroy_parked()
+
+    def _close(self, wait: bool) -> None:
+        """Close; ``wait=False`` (a failed default stream being replaced) does not wait for work
+        still pending: the stream is then destroyed later, once idle, as a collected one is."""
         self._live_device = -1
-        close_now(self._finalizer)  # destroying an owned stream waits for its work
-        self._held, self._sealed = [], []
+        if self._finalizer.detach() is not None:  # (None: closed already)
+            try:
+                _release(_ffi.api(), self._ptr_cdata, self._holdings, self._owned, wait)
+            finally:
+                self._held = self._holdings.held
 
     def __enter__(self) -> "Stream":
         self._check_open()
