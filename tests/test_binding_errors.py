@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hcclpy
+from hcclpy import _ffi
 import ranks
 from hcclpy import errors
 from hcclpy.errors import AclErrorCode, HcclResult
@@ -132,9 +133,13 @@ def test_pointer_outside_device_memory_is_refused(comm1: hcclpy.Communicator) ->
 
 def test_count_above_the_library_maximum(comm1: hcclpy.Communicator) -> None:
     x = hcclpy.zeros(4, "int8", device=0)
-    with pytest.raises(hcclpy.HcclError, match="exceeds the largest supported count") as info:
-        comm1.broadcast((x.ptr, 2**40, "int8"))
-    assert info.value.name == "HCCL_E_PARA"
+    with pytest.raises(ValueError, match="more than HCCL's largest supported count 0x7FFFFFFFF"):
+        comm1.broadcast((x.ptr, 2**40, "int8"))  # refused in Python, as HCCL would refuse it:
+    stream = comm1.device.default_stream
+    rc = comm1._api.HcclBroadcast(_ffi.cast("void *", x.ptr), 2**40, int(hcclpy.DataType.INT8), 0, comm1._handle,
+                                  stream._ptr_cdata)
+    error = _ffi.hccl_failure(rc, "HcclBroadcast")
+    assert error.name == "HCCL_E_PARA" and "exceeds the largest supported count" in str(error)
 
 
 def test_acl_error_from_the_runtime() -> None:
