@@ -120,6 +120,55 @@ typedef void *aclrtDrvMemHandle;
 /* Host function run by aclrtLaunchCallback. */
 typedef void (*aclrtCallback)(void *userData);
 
+/* Sizes of the strings of aclCANNPackageVersion (and of aclsysGetVersionStr's buffer). */
+#define ACL_PKG_VERSION_MAX_SIZE       128
+#define ACL_PKG_VERSION_PARTS_MAX_SIZE 64
+
+/* Package whose version aclsysGetCANNVersion reports. */
+typedef enum aclCANNPackageName {
+    ACL_PKG_NAME_CANN = 0,
+    ACL_PKG_NAME_RUNTIME = 1,
+    ACL_PKG_NAME_COMPILER = 2,
+    ACL_PKG_NAME_HCCL = 3,
+    ACL_PKG_NAME_TOOLKIT = 4,
+    ACL_PKG_NAME_OPP = 5,
+    ACL_PKG_NAME_OPP_KERNEL = 6,
+    ACL_PKG_NAME_DRIVER = 7
+} aclCANNPackageName;
+
+/* A package version, whole and split into its parts (512 bytes). */
+typedef struct aclCANNPackageVersion {
+    char version[ACL_PKG_VERSION_MAX_SIZE];
+    char majorVersion[ACL_PKG_VERSION_PARTS_MAX_SIZE];
+    char minorVersion[ACL_PKG_VERSION_PARTS_MAX_SIZE];
+    char releaseVersion[ACL_PKG_VERSION_PARTS_MAX_SIZE];
+    char patchVersion[ACL_PKG_VERSION_PARTS_MAX_SIZE];
+    char reserved[ACL_PKG_VERSION_MAX_SIZE];
+} aclCANNPackageVersion;
+
+/* Device attribute queried by aclrtGetDeviceInfo (values of the CANN runtime
+ * documentation of aclrtDevAttr; the simulator answers only some, see
+ * docs/c-programs.md). */
+typedef enum aclrtDevAttr {
+    ACL_DEV_ATTR_AICPU_CORE_NUM = 1,
+    ACL_DEV_ATTR_AICORE_CORE_NUM = 101,
+    ACL_DEV_ATTR_CUBE_CORE_NUM = 102,
+    ACL_DEV_ATTR_VECTOR_CORE_NUM = 201,
+    ACL_DEV_ATTR_WARP_SIZE = 202,
+    ACL_DEV_ATTR_MAX_THREAD_PER_VECTOR_CORE,
+    ACL_DEV_ATTR_LOCAL_MEM_PER_VECTOR_CORE,
+    ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE = 301,
+    ACL_DEV_ATTR_L2_CACHE_SIZE,
+    ACL_DEV_ATTR_SMP_ID = 401U,
+    ACL_DEV_ATTR_PHY_CHIP_ID = 402U,
+    ACL_DEV_ATTR_SUPER_POD_DEVIDE_ID = 403U,
+    ACL_DEV_ATTR_SUPER_POD_SERVER_ID = 404U,
+    ACL_DEV_ATTR_SUPER_POD_ID = 405U,
+    ACL_DEV_ATTR_CUST_OP_PRIVILEGE = 406U,
+    ACL_DEV_ATTR_MAINBOARD_ID = 407U,
+    ACL_DEV_ATTR_IS_VIRTUAL = 501U
+} aclrtDevAttr;
+
 /* ---- process setup ---------------------------------------------------- */
 
 /* Initialise ACL; configPath may be NULL. */
@@ -131,6 +180,16 @@ ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
 /* Version of the ACL interface (deprecated upstream). */
 ACL_FUNC_VISIBILITY aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
                                              int32_t *patchVersion);
+/* aclFinalize, reporting in *refCount the aclInit references left (0: finalised). */
+ACL_FUNC_VISIBILITY aclError aclFinalizeReference(uint64_t *refCount);
+/* Version of a CANN package (deprecated upstream for the two below). */
+ACL_FUNC_VISIBILITY aclError aclsysGetCANNVersion(aclCANNPackageName name,
+                                                  aclCANNPackageVersion *version);
+/* Version of package pkgName ("runtime", "driver", ...) as a string; versionStr
+ * must hold ACL_PKG_VERSION_MAX_SIZE bytes. */
+ACL_FUNC_VISIBILITY aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
+/* The same as major * 10000000 + minor * 100000 + patch * 1000. */
+ACL_FUNC_VISIBILITY aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum);
 
 /* ---- devices ---------------------------------------------------------- */
 
@@ -142,6 +201,8 @@ ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
 ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
 /* Number of visible devices. */
 ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count);
+/* One attribute of device deviceId (see aclrtDevAttr). */
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value);
 /* Wait for all work on the current device. */
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void);
 /* Same, giving up after timeout milliseconds (-1 waits forever). */

@@ -90,6 +90,25 @@ HCCL_API HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count,
 HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum,
                                       HcclComm comm, aclrtStream stream);
 
+#ifndef OPEN_BUILD_PROJECT
+/* Set a per-communicator option (HcclSetConfig's items, for comm only). */
+HCCL_API HcclResult HcclSetCommConfig(HcclComm comm, HcclConfig config, HcclConfigValue configValue);
+
+/* Read a per-communicator option. */
+HCCL_API HcclResult HcclGetCommConfig(HcclComm comm, HcclConfig config, HcclConfigValue *configValue);
+#endif
+
+/* Register size bytes at addr with comm; *handle names the registration. */
+HCCL_API HcclResult HcclCommRegister(HcclComm comm, void *addr, uint64_t size, void **handle,
+                                     uint32_t flag);
+
+/* Release a registration made by HcclCommRegister. */
+HCCL_API HcclResult HcclCommDeregister(HcclComm comm, void *handle);
+
+/* Exchange the registration windowHandle with peerRanks[0..peerRankNum). */
+HCCL_API HcclResult HcclCommExchangeMem(HcclComm comm, void *windowHandle, uint32_t *peerRanks,
+                                        uint32_t peerRankNum);
+
 #ifdef __cplusplus
 }
 #endif

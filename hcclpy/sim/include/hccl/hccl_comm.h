@@ -8,16 +8,46 @@
 #ifndef HCCLPY_SIM_HCCL_COMM_H
 #define HCCLPY_SIM_HCCL_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "acl/acl_base.h"
+#include "acl/acl_rt.h" /* aclrtDrvMemHandle */
 #include "hccl_types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Operation expansion mode reported by HcclConfigGetInfo.  Note: numbered
+ * differently from HcclCommConfig.hcclOpExpansionMode (0 default, 1 host,
+ * 2 AI CPU, 3 AIV, 4 AIV only, ...). */
+typedef enum {
+    HCCL_OP_EXPANSION_MODE_INVALID = -1,
+    HCCL_OP_EXPANSION_MODE_AI_CPU = 0,
+    HCCL_OP_EXPANSION_MODE_AIV = 1,
+    HCCL_OP_EXPANSION_MODE_HOST = 2,
+    HCCL_OP_EXPANSION_MODE_HOST_TS = 3,
+    HCCL_OP_EXPANSION_MODE_CCU_MS = 4,
+    HCCL_OP_EXPANSION_MODE_CCU_SCHED = 5,
+    HCCL_OP_EXPANSION_AIV_ONLY = 6 /* sic: no _MODE_ */
+} HcclOpExpansionMode;
+
+/* What HcclConfigGetInfo returns for HCCL_CONFIG_TYPE_OP_EXPANSION_MODE. */
+typedef HcclOpExpansionMode HcclConfigTypeOpExpansionMode;
+
+/* Item queried by HcclConfigGetInfo. */
+typedef enum {
+    HCCL_CONFIG_TYPE_INVALID = -1,
+    HCCL_CONFIG_TYPE_OP_EXPANSION_MODE = 0,
+    HCCL_CONFIG_TYPE_HCCL_ALGO = 1,
+    HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM = 2
+} HcclConfigType;
+
+/* Called by HCCL around the communicator state changes of HcclCommStatePhase. */
+typedef HcclResult (*HcclCommStateCallback)(HcclComm comm, HcclCommStatePhase state, void *args);
 
 /*
  * Fill a communicator config with "use the library default" values for
@@ -132,6 +162,56 @@ HCCL_API HcclResult HcclCommSuspend(HcclComm comm);
 /* Bring a suspended comm back into service. */
 HCCL_API HcclResult HcclCommResume(HcclComm comm);
 
+/* Status of the live communicator named commId. */
+HCCL_API HcclResult HcclCommGetStatus(const char *commId, HcclCommStatus *status);
+
+/* Register cb (under regName) to be told of communicator state changes. */
+HCCL_API HcclResult HcclCommRegCommStateCallback(const char *regName, HcclCommStateCallback cb,
+                                                 void *args);
+
+/* Use the backup NIC (useBackup[i]) for ranks[i], i < nRanks. */
+HCCL_API HcclResult HcclCommWorkingDevNicSet(HcclComm comm, uint32_t *ranks, bool *useBackup,
+                                             uint32_t nRanks);
+
+/* ---- virtual-memory ranges -------------------------------------------- */
+
+/* Reserve a virtual address range for comm's memory. */
+HCCL_API HcclResult HcclCommSetMemoryRange(HcclComm comm, void *baseVirPtr, size_t size,
+                                           size_t alignment, uint64_t flags);
+
+/* Give back a range reserved with HcclCommSetMemoryRange. */
+HCCL_API HcclResult HcclCommUnsetMemoryRange(HcclComm comm, void *baseVirPtr);
+
+/* Map physical memory handle into the range at virPtr. */
+HCCL_API HcclResult HcclCommActivateCommMemory(HcclComm comm, void *virPtr, size_t size,
+                                               size_t offset, aclrtDrvMemHandle handle,
+                                               uint64_t flags);
+
+/* Unmap memory mapped with HcclCommActivateCommMemory. */
+HCCL_API HcclResult HcclCommDeactivateCommMemory(HcclComm comm, void *virPtr);
+
+/* ---- symmetric-memory windows ----------------------------------------- */
+
+/* Register size bytes at addr as a symmetric window of comm. */
+HCCL_API HcclResult HcclCommSymWinRegister(HcclComm comm, void *addr, uint64_t size,
+                                           HcclCommSymWindow *winHandle, uint32_t flag);
+
+/* Release a window registered with HcclCommSymWinRegister. */
+HCCL_API HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
+
+/* The window of comm holding [ptr, ptr + size), and ptr's offset in it. */
+HCCL_API HcclResult HcclCommSymWinGet(HcclComm comm, void *ptr, size_t size,
+                                      HcclCommSymWindow *winHandle, size_t *offset);
+
+/* ---- lookup and configuration ----------------------------------------- */
+
+/* The handle of the live communicator named commName. */
+HCCL_API HcclResult HcclCommGetHandleWithName(const char *commName, HcclComm *comm);
+
+/* Read configuration item cfgType of comm into info (infoLen bytes). */
+HCCL_API HcclResult HcclConfigGetInfo(HcclComm comm, HcclConfigType cfgType, uint32_t infoLen,
+                                      void *info);
+
 /* ---- synchronisation and grouping ------------------------------------- */
 
 /* Barrier across all ranks of comm, in stream order. */
@@ -142,6 +222,9 @@ HCCL_API HcclResult HcclGroupStart(void);
 
 /* Issue every call collected since the matching HcclGroupStart. */
 HCCL_API HcclResult HcclGroupEnd(void);
+
+/* Whether the calling thread is between HcclGroupStart and HcclGroupEnd. */
+HCCL_API HcclResult HcclGroupStatusGet(bool *isGroupEnabled);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "acl/acl.h"
 #include "acl/runtime.h"
@@ -146,6 +147,73 @@ SIM_EXPORT aclError aclFinalize(void)
     return ACL_SUCCESS;
 }
 
+/* The simulator counts one aclInit (a second is refused with ACL_ERROR_REPEAT_INITIALIZE), so
+ * dropping the reference finalises and leaves none. */
+SIM_EXPORT aclError aclFinalizeReference(uint64_t *refCount)
+{
+    if (refCount == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclFinalizeReference: refCount is NULL");
+    aclError err = aclFinalize();
+    if (err == ACL_SUCCESS)
+        *refCount = 0;
+    return err;
+}
+
+/* ------------------------------------------------------- package versions
+ *
+ * The headers and behaviour the simulator follows are those of CANN 9.0.0 (reference §2.2, the
+ * CANN 9.0.0 hccl.h), so every package reports that version. */
+#define SIM_CANN_MAJOR 9
+#define SIM_CANN_MINOR 0
+#define SIM_CANN_PATCH 0
+
+/* Package names aclsysGetVersionStr/Num accept: those of aclCANNPackageName, and "ge_compiler". */
+static bool known_package(const char *name)
+{
+    static const char *const names[] = {"cann", "runtime", "compiler", "ge_compiler", "hccl", "toolkit", "opp",
+                                        "opp_kernel", "driver"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+SIM_EXPORT aclError aclsysGetCANNVersion(aclCANNPackageName name, aclCANNPackageVersion *version)
+{
+    if (version == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetCANNVersion: version is NULL");
+    if ((int)name < ACL_PKG_NAME_CANN || (int)name > ACL_PKG_NAME_DRIVER)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetCANNVersion: unknown package %d", (int)name);
+    memset(version, 0, sizeof *version);
+    snprintf(version->version, sizeof version->version, "%d.%d.%d", SIM_CANN_MAJOR, SIM_CANN_MINOR, SIM_CANN_PATCH);
+    snprintf(version->majorVersion, sizeof version->majorVersion, "%d", SIM_CANN_MAJOR);
+    snprintf(version->minorVersion, sizeof version->minorVersion, "%d", SIM_CANN_MINOR);
+    snprintf(version->releaseVersion, sizeof version->releaseVersion, "%d", SIM_CANN_PATCH);
+    snprintf(version->patchVersion, sizeof version->patchVersion, "%d", SIM_CANN_PATCH);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
+{
+    if (pkgName == NULL || versionStr == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetVersionStr: pkgName and versionStr must not be NULL");
+    if (!known_package(pkgName))
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetVersionStr: unknown package '%.64s'", pkgName);
+    snprintf(versionStr, ACL_PKG_VERSION_MAX_SIZE, "%d.%d.%d", SIM_CANN_MAJOR, SIM_CANN_MINOR, SIM_CANN_PATCH);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclsysGetVersionNum(char *pkgName, int32_t *versionNum)
+{
+    if (pkgName == NULL || versionNum == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetVersionNum: pkgName and versionNum must not be NULL");
+    if (!known_package(pkgName))
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclsysGetVersionNum: unknown package '%.64s'", pkgName);
+    /* The CANN runtime's encoding: major * 10^7 + minor * 10^5 + patch * 10^3 (9.0.0 = 90000000). */
+    *versionNum = SIM_CANN_MAJOR * 10000000 + SIM_CANN_MINOR * 100000 + SIM_CANN_PATCH * 1000;
+    return ACL_SUCCESS;
+}
+
 SIM_EXPORT aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
 {
     if (majorVersion == NULL || minorVersion == NULL || patchVersion == NULL)
@@ -177,6 +245,38 @@ SIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
     *count = (uint32_t)sim_config()->device_count;
     return sim_config_check("aclrtGetDeviceCount");
+}
+
+/* What the simulator knows of a device: its memory (as aclrtGetMemInfo's total), its physical id,
+ * and that it is not a virtual instance.  Core counts and the like describe hardware it does not
+ * have: ACL_ERROR_FEATURE_UNSUPPORTED rather than an invented number. */
+SIM_EXPORT aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value)
+{
+    if (value == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceInfo: value is NULL");
+    int err = sim_device_check(deviceId > INT32_MAX ? -1 : (int)deviceId);
+    if (err != ACL_SUCCESS)
+        return err;
+    switch (attr) {
+    case ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE:
+        *value = (int64_t)sim_config()->device_memory;
+        return ACL_SUCCESS;
+    case ACL_DEV_ATTR_PHY_CHIP_ID:
+        *value = sim_device_physical((int)deviceId);
+        return ACL_SUCCESS;
+    case ACL_DEV_ATTR_IS_VIRTUAL:
+        *value = 0;
+        return ACL_SUCCESS;
+    case ACL_DEV_ATTR_AICPU_CORE_NUM: case ACL_DEV_ATTR_AICORE_CORE_NUM: case ACL_DEV_ATTR_CUBE_CORE_NUM:
+    case ACL_DEV_ATTR_VECTOR_CORE_NUM: case ACL_DEV_ATTR_WARP_SIZE: case ACL_DEV_ATTR_MAX_THREAD_PER_VECTOR_CORE:
+    case ACL_DEV_ATTR_LOCAL_MEM_PER_VECTOR_CORE: case ACL_DEV_ATTR_L2_CACHE_SIZE: case ACL_DEV_ATTR_SMP_ID:
+    case ACL_DEV_ATTR_SUPER_POD_DEVIDE_ID: case ACL_DEV_ATTR_SUPER_POD_SERVER_ID: case ACL_DEV_ATTR_SUPER_POD_ID:
+    case ACL_DEV_ATTR_CUST_OP_PRIVILEGE: case ACL_DEV_ATTR_MAINBOARD_ID:
+        return sim_error(ACL_ERROR_FEATURE_UNSUPPORTED, "aclrtGetDeviceInfo: the simulator does not model device "
+                         "attribute %d (it answers ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE, ACL_DEV_ATTR_PHY_CHIP_ID and "
+                         "ACL_DEV_ATTR_IS_VIRTUAL)", (int)attr);
+    }
+    return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceInfo: unknown device attribute %d", (int)attr);
 }
 
 SIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)

@@ -273,6 +273,8 @@ HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
 typedef struct {
     char name[HCCL_SIM_NAME_BYTES];
     int64_t exec_timeout_ns; /* -1 = not set */
+    uint32_t deterministic;  /* HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET = not set */
+    uint32_t op_expansion;   /* 0 = default */
 } parsed_config_t;
 
 static double exec_timeout_from_env(void)
@@ -286,6 +288,7 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
 {
     memset(out, 0, sizeof *out);
     out->exec_timeout_ns = -1;
+    out->deterministic = HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET;
     if (config == NULL)
         return HCCL_SUCCESS;
     uint64_t size;
@@ -309,6 +312,7 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
         if (local.hcclDeterministic != HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET && local.hcclDeterministic > 2)
             return hccl_error(HCCL_E_PARA, "%s: hcclDeterministic must be 0, 1 or 2, got %u", api,
                               local.hcclDeterministic);
+        out->deterministic = local.hcclDeterministic;
     }
     if (version >= 2 && size > offsetof(HcclCommConfig, hcclCommName)) {
         if (memchr(local.hcclCommName, '\0', sizeof local.hcclCommName) == NULL)
@@ -321,6 +325,8 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
     if (version >= 4 && size > offsetof(HcclCommConfig, hcclOpExpansionMode) && local.hcclOpExpansionMode > 6)
         return hccl_error(HCCL_E_PARA, "%s: hcclOpExpansionMode must be in [0, 6], got %u", api,
                           local.hcclOpExpansionMode);
+    if (version >= 4 && size > offsetof(HcclCommConfig, hcclOpExpansionMode))
+        out->op_expansion = local.hcclOpExpansionMode;
     if (version >= 5 && size > offsetof(HcclCommConfig, hcclRdmaServiceLevel)) {
         if (local.hcclRdmaTrafficClass != HCCL_COMM_TRAFFIC_CLASS_CONFIG_NOT_SET &&
             (local.hcclRdmaTrafficClass > 255 || local.hcclRdmaTrafficClass % 4 != 0))
@@ -496,11 +502,18 @@ static void name_give_back(hccl_comm_t *comm)
     pthread_mutex_unlock(&g_names_lock);
 }
 
-HcclComm hccl_comm_find_name(const char *name)
+HcclComm hccl_comm_find_name(const char *name, int device)
 {
+    HcclComm handle = NULL;
     pthread_mutex_lock(&g_names_lock);
-    hccl_comm_t *comm = named_other(name, NULL);
-    HcclComm handle = comm != NULL ? comm->handle : NULL;
+    for (hccl_comm_t *c = g_named; c != NULL; c = c->next_named) {
+        if (strcmp(c->name, name) != 0)
+            continue;
+        if (handle == NULL || c->device == device)
+            handle = c->handle;
+        if (c->device == device)
+            break;
+    }
     pthread_mutex_unlock(&g_names_lock);
     return handle;
 }
@@ -911,6 +924,8 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
     }
     double exec_s = exec_timeout_from_env();
     comm->exec_timeout_ns = parsed.exec_timeout_ns >= 0 ? parsed.exec_timeout_ns : (int64_t)(exec_s * 1e9);
+    atomic_store(&comm->deterministic, parsed.deterministic);
+    comm->op_expansion = parsed.op_expansion;
 
     slot_head_t *slot = comm_slot(comm, rank);
     uint32_t expected = SLOT_FREE;
@@ -1586,6 +1601,91 @@ HCCL_API HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValu
     if (config != HCCL_DETERMINISTIC)
         return hccl_error(HCCL_E_PARA, "HcclGetConfig: unknown configuration item %d", (int)config);
     configValue->value = atomic_load(&g_deterministic);
+    return HCCL_SUCCESS;
+}
+
+/* Per-communicator HCCL_DETERMINISTIC: a value set here (or by the communicator's config) wins over
+ * the process-wide HcclSetConfig one; like that one, it changes nothing the simulator computes. */
+HCCL_API HcclResult HcclSetCommConfig(HcclComm handle, HcclConfig config, HcclConfigValue configValue)
+{
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclSetCommConfig", &err);
+    if (comm == NULL)
+        return err;
+    if (config != HCCL_DETERMINISTIC)
+        err = hccl_error(HCCL_E_PARA, "HcclSetCommConfig: unknown configuration item %d", (int)config);
+    else if (configValue.value < 0 || configValue.value > 2)
+        err = hccl_error(HCCL_E_PARA, "HcclSetCommConfig: HCCL_DETERMINISTIC takes 0, 1 or 2, got %d",
+                         (int)configValue.value);
+    else
+        atomic_store(&comm->deterministic, (uint32_t)configValue.value);
+    hccl_comm_unref(comm);
+    return err;
+}
+
+HCCL_API HcclResult HcclGetCommConfig(HcclComm handle, HcclConfig config, HcclConfigValue *configValue)
+{
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclGetCommConfig", &err);
+    if (comm == NULL)
+        return err;
+    if (configValue == NULL) {
+        err = hccl_error(HCCL_E_PTR, "HcclGetCommConfig: configValue is NULL");
+    } else if (config != HCCL_DETERMINISTIC) {
+        err = hccl_error(HCCL_E_PARA, "HcclGetCommConfig: unknown configuration item %d", (int)config);
+    } else {
+        uint32_t own = atomic_load(&comm->deterministic);
+        configValue->value = own == HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET ? atomic_load(&g_deterministic)
+                                                                           : (int32_t)own;
+    }
+    hccl_comm_unref(comm);
+    return err;
+}
+
+/* ---------------------------------------------------------- lookup by name */
+
+/* The handle is the communicator's own (no new reference): HcclCommDestroy through either copy
+ * destroys it, after which both are refused.  Ranks of one communicator driven by this process
+ * share its name; the one on the caller's current device is preferred. */
+HCCL_API HcclResult HcclCommGetHandleWithName(const char *commName, HcclComm *comm)
+{
+    if (commName == NULL || comm == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclCommGetHandleWithName: commName and comm must not be NULL");
+    int device = -1;
+    if (sim_current_device(&device) != 0)
+        device = -1; /* no current device: any rank of that name will do */
+    HcclComm found = hccl_comm_find_name(commName, device);
+    if (found == NULL)
+        return hccl_error(HCCL_E_NOT_FOUND, "HcclCommGetHandleWithName: no live communicator of this process is "
+                          "named '%.128s'", commName);
+    *comm = found;
+    return HCCL_SUCCESS;
+}
+
+/* READY while the communicator works, SUSPENDING between HcclCommSuspend and HcclCommResume,
+ * INVALID once it has failed (it can only be destroyed then). */
+HCCL_API HcclResult HcclCommGetStatus(const char *commId, HcclCommStatus *status)
+{
+    if (commId == NULL || status == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclCommGetStatus: commId and status must not be NULL");
+    int device = -1;
+    if (sim_current_device(&device) != 0)
+        device = -1;
+    HcclComm handle = hccl_comm_find_name(commId, device);
+    if (handle == NULL)
+        return hccl_error(HCCL_E_NOT_FOUND, "HcclCommGetStatus: no live communicator of this process is named "
+                          "'%.128s'", commId);
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclCommGetStatus", &err);
+    if (comm == NULL) /* destroyed since the name was looked up */
+        return hccl_error(HCCL_E_NOT_FOUND, "HcclCommGetStatus: communicator '%.128s' was destroyed", commId);
+    if (hccl_comm_broken(comm) != HCCL_SUCCESS)
+        *status = HCCL_COMM_STATUS_INVALID;
+    else if (atomic_load(&comm->suspended))
+        *status = HCCL_COMM_STATUS_SUSPENDING;
+    else
+        *status = HCCL_COMM_STATUS_READY;
+    hccl_comm_unref(comm);
     return HCCL_SUCCESS;
 }
 

@@ -202,6 +202,15 @@ HCCL_API HcclResult HcclGroupEnd(void)
     return err;
 }
 
+/* Groups nest per thread (HcclGroupStart counts): enabled from the first Start to its last End. */
+HCCL_API HcclResult HcclGroupStatusGet(bool *isGroupEnabled)
+{
+    if (isGroupEnabled == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclGroupStatusGet: isGroupEnabled is NULL");
+    *isGroupEnabled = hccl_group_active();
+    return HCCL_SUCCESS;
+}
+
 void hccl_group_after_fork(void)
 {
     t_depth = 0;

@@ -172,6 +172,10 @@ typedef struct hccl_comm {
     _Atomic int pending;
 
     int64_t exec_timeout_ns;        /* 0 = no limit */
+    /* HCCL_DETERMINISTIC of this communicator (its config, or HcclSetCommConfig);
+     * HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET: the process-wide HcclSetConfig value. */
+    _Atomic uint32_t deterministic;
+    uint32_t op_expansion;          /* hcclOpExpansionMode of its config (0: default) */
     bool oversubscribed;            /* more local ranks than cores: do not spin long */
     _Atomic bool suspended;
 
@@ -210,8 +214,10 @@ const char *hccl_result_name(HcclResult code);
  * or NULL with `err` set: a concurrent HcclCommDestroy cannot free it under the caller. */
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
 void hccl_comm_unref(hccl_comm_t *comm);
-/* The handle of a live communicator of this process named `name`, or NULL. */
-HcclComm hccl_comm_find_name(const char *name);
+/* The handle of a live communicator of this process named `name`, or NULL: of the ranks this
+ * process drives under that name, the one on `device` if there is one (-1: the first found).
+ * No reference is taken: the handle is checked again by whatever uses it. */
+HcclComm hccl_comm_find_name(const char *name, int device);
 /* Marks the communicator broken on every rank (first failure wins). */
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
 /* The same, recording rank `rank` as the one that broke it. */
