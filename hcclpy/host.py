@@ -47,7 +47,7 @@ import numpy as np
 from . import _ffi, collectives
 from .collectives._ops import _count_matrix, _count_vector
 from ._comm_core import CommCore
-from ._units import parse_bytes
+from ._units import env_count, parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
 from .errors import AclError
 from .types import DataType, ReduceOp, _refuse_foreign_byte_order, as_datatype, as_reduce_op
@@ -61,17 +61,8 @@ __all__ = [
 
 def _chunk_bytes() -> int:
     """``HCCLPY_HOST_CHUNK_BYTES``: bytes, optionally with a K, M or G suffix (default 2M)."""
-    raw = os.environ.get("HCCLPY_HOST_CHUNK_BYTES", "").strip()
-    if not raw:
-        return 2 << 20
-    try:
-        value = parse_bytes(raw)
-    except ValueError:
-        value = 0
-    if value < 1024:
-        raise ValueError(f"HCCLPY_HOST_CHUNK_BYTES is {raw!r}; use a number of bytes of at least 1024, "
-                         "optionally with a K, M or G suffix (e.g. 2M)")
-    return value
+    return env_count("HCCLPY_HOST_CHUNK_BYTES", 2 << 20, parse_bytes, 1024,
+                     "a number of bytes of at least 1024, optionally with a K, M or G suffix (e.g. 2M)")
 
 
 # Large enough that the per-chunk cost is noise, small enough that a chunk stays in cache.
@@ -910,15 +901,8 @@ def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
 def _layout(comm: CommCore, counts: Any, displs: Any, side: str) -> Tuple[Tuple[int, ...], Optional[Tuple[int, ...]]]:
     """``{side}_counts`` and ``{side}_displs`` checked (``size`` non-negative ints each, in
     elements of the array's dtype) as tuples of ints; displacements None stay None."""
-    return _counts(counts, comm, f"{side}_counts"), None if displs is None else _counts(displs, comm, f"{side}_displs")
-
-
-def _counts(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]:
-    """``values``: ``size`` non-negative ints, as a tuple (see collectives' ``_count_vector``)."""
-    try:
-        return _count_vector(values, comm, argument)
-    except TypeError:  # an element that cannot be hashed, such as a list: not an int
-        raise ValueError(f"{argument} must be {comm.size} non-negative ints (one per rank), got {values!r}") from None
+    return (_count_vector(counts, comm, f"{side}_counts"),
+            None if displs is None else _count_vector(displs, comm, f"{side}_displs"))
 
 
 def _within(source: np.ndarray, counts: Sequence[int], displs: Optional[Sequence[int]]) -> None:

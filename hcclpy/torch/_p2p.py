@@ -17,11 +17,11 @@ one nobody joins within ``HCCL_CONNECT_TIMEOUT``), however late the receive is p
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any, Callable, Optional
 
+from .._units import env_count
 from ..communicator import Communicator
 from ..config import CommConfig
 from ..errors import CommTimeoutError
@@ -34,17 +34,8 @@ _P2P_BUFFER_MB = 20
 
 def _p2p_buffer_mb() -> int:
     """``P2P_HCCL_BUFFSIZE``: MB of buffer for each point-to-point communicator (default 20)."""
-    raw = os.environ.get("P2P_HCCL_BUFFSIZE", "").strip()
-    if not raw:
-        return _P2P_BUFFER_MB
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"P2P_HCCL_BUFFSIZE is {raw!r}; use a whole number of MB, 1 or more (default "
-                         f"{_P2P_BUFFER_MB})")
-    return value
+    return env_count("P2P_HCCL_BUFFSIZE", _P2P_BUFFER_MB, int, 1,
+                     f"a whole number of MB, 1 or more (default {_P2P_BUFFER_MB})")
 
 
 def p2p_config(base: Optional[CommConfig], exec_timeout: float) -> CommConfig:
