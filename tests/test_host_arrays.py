@@ -1484,3 +1484,28 @@ def _profile_checks_the_carrier(rank: int, size: int, info: bytes) -> List[str]:
 def test_product_profiles_check_the_type_that_carries_the_array() -> None:
     results = ranks.run_processes(_profile_checks_the_carrier, 2, env={"HCCLPY_SIM_PROFILE": "A3"}, timeout=150)
     assert results == [[], []], "\n".join(f"rank {r}: {text}" for r, texts in enumerate(results) for text in texts)
+
+
+def test_a_profile_checks_the_carrier_of_an_array_moved_as_bytes() -> None:
+    """Operations that move data take no reduce op: the profile is asked about the bytes' carrier
+    (uint8), as it is about a reduction's."""
+    from hcclpy.collectives import _ops
+
+    class Recording:
+        def __init__(self) -> None:
+            self.checks: List[Any] = []
+
+        def check(self, operation: str, dtype: Any, op: Any = None) -> None:
+            self.checks.append((operation, dtype, op))
+
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    try:
+        comm._profile = Recording()
+        _ops._before_staging(comm, "broadcast", np.dtype(bool), None, root=0)
+        _ops._before_staging(comm, "all_reduce", np.dtype(np.complex64), None, op="sum")
+        assert comm._profile.checks == [("broadcast", hcclpy.DataType.UINT8, None),
+                                        ("all_reduce", hcclpy.DataType.FP32, "sum")]
+    finally:
+        comm._profile = None
+        comm.destroy()
+

@@ -138,11 +138,12 @@ def _before_staging(comm: Any, operation: str, dtype: Any, stream: Any, op: Any 
     if peer is not _NOT_PASSED:
         _peer(comm, peer)
     if comm._profile is not None:
+        reduce_op = None if op is _NOT_PASSED else op  # None: an operation that moves data
         # float32 runs for complex64, uint8 for dtypes moved as bytes. None: the NumPy path
         # refuses the dtype itself (object dtypes, a reduction of bytes), naming the argument.
-        carrier = _host.carrier_type(dtype, op)
+        carrier = _host.carrier_type(dtype, reduce_op)
         if carrier is not None:
-            comm._profile.check(operation, carrier, op)
+            comm._profile.check(operation, carrier, reduce_op)
 
 
 def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCore, count: int, dtype: int,
