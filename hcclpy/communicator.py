@@ -393,12 +393,18 @@ class Communicator(CommCore):
         code = _ffi.new("HcclResult *")
         _ffi.check_hccl(bound.HcclGetCommAsyncError(self._live_handle(), code), "HcclGetCommAsyncError")
         if code[0] == 0:
-            return None
+            # Aborted with nothing in flight: no operation failed, but every later one will.
+            return self._abort_error(bound) if self._aborted else None
         # A suspension this rank did not ask for was another rank's abort (older simulators and
         # libraries report it as such rather than as HCCL_E_REMOTE).
         remote = code[0] == HcclResult.HCCL_E_REMOTE or (code[0] == HcclResult.HCCL_E_SUSPENDING and not self._aborted)
         return communicator_error(int(code[0]), self._name, remote=remote, recent=_ffi._recent_message(bound),
                                   library_text=_library_text(bound, int(code[0])))
+
+    def _abort_error(self, bound: Any) -> HcclError:
+        code = int(HcclResult.HCCL_E_SUSPENDING)
+        return communicator_error(code, self._name, remote=False, recent="aborted on this rank by abort()",
+                                  library_text=_library_text(bound, code))
 
     def health(self) -> Dict[str, Any]:
         """What the flight recorder (:mod:`hcclpy.trace`) knows of this rank's operations on the

@@ -218,8 +218,11 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
         ("send_counts float", lambda: cm.all_to_all_v(f32, f32b, [1.5, 1], [1, 1]), ValueError, "^send_counts"),
         ("send_counts str", lambda: cm.all_to_all_v(f32, f32b, "11", [1, 1]), ValueError, "^send_counts"),
         ("send_counts huge", lambda: cm.all_to_all_v(f32, f32b, [2**64, 1], [1, 1]), ValueError, "^send_counts"),
-        ("send_counts past send", lambda: cm.all_to_all_v(f32, f32b, [2**40, 1], [1, 1]), ValueError,
+        ("send_counts past send", lambda: cm.all_to_all_v(f32, f32b, [2**30, 1], [1, 1]), ValueError,
          "^send holds 8 elements"),
+        ("send_counts past HCCL's limit", lambda: cm.all_to_all_v(f32, f32b, [2**40, 1], [1, 1]), ValueError,
+         r"^send_counts holds a value above HCCL's largest supported count 0x7FFFFFFFF \(34359738367\), "
+         r"got \[1099511627776, 1\]$"),
         ("recv_displs past recv", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], None, [0, 8]), ValueError,
          "^recv holds 8 elements"),
         ("matrix shape", lambda: cm.all_to_all_vc(f32, f32b, [[1, 1]]), ValueError,
@@ -576,6 +579,70 @@ def test_count_plus_displacement_overflow() -> None:
         s.synchronize()
         s.close()
         comm.destroy()
+
+
+_OVERSIZED_ARRAYS = """
+import hcclpy
+comms = hcclpy.Communicator.init_all([0, 1])
+comm, s = comms[0], comms[0].device.create_stream()
+calls = []
+class Guard:  # any HCCL function called is a failure: the refusal must come first
+    def __init__(self, real):
+        self.real = real
+    def __getattr__(self, name):
+        if name.startswith("Hccl"):
+            return lambda *args: calls.append(name) or 0
+        return getattr(self.real, name)
+comm._api = Guard(comm._api)
+big = 0x800000000  # one element over HCCL's largest count (32 GiB of int8: a 64 GB card holds it)
+a, b = hcclpy.empty(big, "int8", device=0), hcclpy.empty(big, "int8", device=0)
+half = hcclpy.empty(big // 2, "int8", device=0)
+small = hcclpy.empty(8, "int8", device=0)
+for name, call in [("all_reduce", lambda: comm.all_reduce(a, stream=s)),
+                   ("all_reduce out of place", lambda: comm.all_reduce(a, b, stream=s)),
+                   ("reduce", lambda: comm.reduce(a, b, stream=s)),
+                   ("broadcast", lambda: comm.broadcast(a, stream=s)),
+                   ("all_gather", lambda: comm.all_gather(half, a, stream=s)),
+                   ("reduce_scatter", lambda: comm.reduce_scatter(a, half, stream=s)),
+                   ("scatter root", lambda: comm.scatter(a, half, stream=s)),
+                   ("scatter", lambda: comm.scatter(None, half, root=1, stream=s)),
+                   ("all_to_all", lambda: comm.all_to_all(a, b, stream=s)),
+                   ("send", lambda: comm.send(a, 1, stream=s)),
+                   ("recv", lambda: comm.recv(a, 1, stream=s)),
+                   ("batch", lambda: comm.batch_send_recv([("send", a, 1)], stream=s)),
+                   ("all_to_all_v counts", lambda: comm.all_to_all_v(small, small, [big, 0], [0, 0], [0, 0], [0, 0],
+                                                                      stream=s)),
+                   ("all_gather_v displacements", lambda: comm.all_gather_v(small, small, [8, 0], [0, big],
+                                                                            stream=s)),
+                   ("reduce_scatter_v packed", lambda: comm.reduce_scatter_v(small, small, [big, 8], stream=s)),
+                   ("all_to_all_vc", lambda: comm.all_to_all_vc(small, small, [[0, big], [0, 0]], stream=s))]:
+    try:
+        call()
+    except ValueError as exc:
+        assert "largest supported" in str(exc), (name, str(exc))
+        print(name, "refused")
+    else:
+        print(name, "accepted")
+assert not calls, calls
+s.close()
+for c in comms:
+    c.destroy()
+"""
+
+
+def test_arrays_over_hccls_largest_count_are_refused_before_any_c_call() -> None:
+    """The fast paths took such arrays to C, which refused them (HCCL_E_PARA): one element over the
+    limit is 32 GiB of int8, which a 64 GB card holds. The simulator's device memory is sparse."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HCCLPY_BACKEND": "sim", "HCCLPY_SIM_DEVICE_MEMORY": "96G"}
+    done = subprocess.run([sys.executable, "-c", _OVERSIZED_ARRAYS], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")[:-1]
+    assert len(lines) == 16 and all(line.endswith(" refused") for line in lines), done.stdout
 
 
 def test_split_ranks_must_be_ints() -> None:

@@ -722,6 +722,19 @@ def test_split_after_abort_is_refused() -> None:
     comm.destroy(timeout=10)
 
 
+def test_async_error_reports_an_idle_abort() -> None:
+    """With nothing in flight, an abort broke no operation: async_error said None (healthy) while
+    every later operation failed."""
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    assert comm.async_error() is None
+    comm.abort()
+    error = comm.async_error()
+    assert isinstance(error, hcclpy.HcclError) and not isinstance(error, hcclpy.RemoteRankError)
+    assert error.name == "HCCL_E_SUSPENDING" and "aborted on this rank by abort()" in str(error)
+    assert comm.health()["last_error"] is not None
+    comm.destroy(timeout=10)
+
+
 def _split_by_generator(rank: int, size: int, info: bytes) -> Optional[int]:
     with hcclpy.Communicator(size, info, rank, device=rank) as comm:
         sub = comm.split(r for r in [0, 1])

@@ -182,7 +182,7 @@ def _aligned(buf: Buffer, argument: str) -> None:
 
 
 def _hccl_count(count: int, argument: str) -> None:
-    """Refuse a count HCCL refuses (HCCL_E_PARA): the general paths only, a DeviceArray that large cannot exist."""
+    """Refuse a count HCCL refuses (HCCL_E_PARA); the fast paths test the same bound inline."""
     if count > MAX_COUNT:
         raise ValueError(f"{argument} holds {count} elements, more than HCCL's largest supported count "
                          f"0x{MAX_COUNT:X} ({MAX_COUNT}) per call: split the call")
@@ -232,10 +232,13 @@ def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]
     if known and all(type(v) is int for v in key):
         return key
     if key is None or len(key) != comm._size or any(
-            isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v >= 2**64 for v in key):
+            isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in key):
         raise ValueError(f"{argument} must be {comm._size} non-negative ints (one per rank), got {values!r}")
     if any(v < 0 for v in key):
         raise ValueError(f"{argument} must not contain negative counts, got {values!r}")
+    if any(v > MAX_COUNT for v in key):
+        raise ValueError(f"{argument} holds a value above HCCL's largest supported count 0x{MAX_COUNT:X} "
+                         f"({MAX_COUNT}), got {values!r}")
     checked = tuple(int(v) for v in key)
     _c_vector(comm, checked)  # remember the layout as checked
     return checked
@@ -255,6 +258,9 @@ def _displacements(counts: Tuple[int, ...], displs: Any, comm: CommCore, argumen
         for count in counts:
             out.append(at)
             at += count
+        if out[-1] > MAX_COUNT:  # HCCL bounds displacements as it bounds counts
+            raise ValueError(f"packed, the counts {list(counts)} put the last rank's block at element {out[-1]}, "
+                             f"above HCCL's largest supported displacement 0x{MAX_COUNT:X} ({MAX_COUNT})")
         packed = comm._packed_cache[counts] = tuple(out)
     return packed
 
@@ -305,13 +311,14 @@ def _host_output(given: Any, out: Any) -> Any:
 def _count_matrix(comm: CommCore, matrix: Any) -> Tuple[Tuple[int, ...], ...]:
     """An all_to_all_vc count matrix, checked: ``size`` rows of ``size`` non-negative ints."""
     try:
-        rows = tuple(_count_vector(row, comm, "send_count_matrix row") for row in matrix)
-    except (TypeError, ValueError):
+        rows = tuple(tuple(row) for row in matrix)
+    except TypeError:  # not iterable, or rows that are not
         rows = ()
-    if len(rows) != comm._size:
+    if len(rows) != comm._size or any(len(row) != comm._size or not all(
+            type(v) is int or isinstance(v, np.integer) for v in row) or min(row) < 0 for row in rows):
         raise ValueError(f"send_count_matrix must be a {comm._size} x {comm._size} matrix of non-negative ints, "
                          f"got {matrix!r}")
-    return rows
+    return tuple(_count_vector(row, comm, f"send_count_matrix row {i}") for i, row in enumerate(rows))
 
 
 # An uneven layout (counts and displacements) a V-operation has checked is remembered under the
@@ -444,7 +451,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
             sa, ta, device = send._alloc, target._alloc, comm._device_id
             code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ta.live_device == device
-                    and send._dtype is target._dtype and send._size == target._size
+                    and send._dtype is target._dtype and send._size == target._size and send._size <= MAX_COUNT
                     and (sa is not ta or send._offset == target._offset)):
                 # _done, written out: the most frequent call of all saves the function call.
                 rc = comm._api.HcclAllReduce(send._cptr, target._cptr, send._size, send._dtype_c, code, comm._handle,
@@ -502,7 +509,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
             sa, ta, device = send._alloc, target._alloc, comm._device_id
             code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ta.live_device == device
-                    and send._dtype is target._dtype and send._size == target._size
+                    and send._dtype is target._dtype and send._size == target._size and send._size <= MAX_COUNT
                     and (sa is not ta or send._offset == target._offset)):
                 _done(comm._api.HcclReduce(send._cptr, target._cptr if is_root else _ffi.NULL, send._size,
                                            send._dtype_c, code, root, comm._handle, st._ptr_cdata),
@@ -549,7 +556,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
             sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, recv._size
             code = _SUM_CODE if op is _SUM else _OP_CODES.get(op) if type(op) in _OP_KEY_TYPES else None
             if (code is not None and sa.live_device == device and ra.live_device == device
-                    and send._dtype is recv._dtype and send._size == n * comm._size and sa is not ra):
+                    and send._dtype is recv._dtype and send._size == n * comm._size <= MAX_COUNT and sa is not ra):
                 _done(comm._api.HcclReduceScatter(send._cptr, recv._cptr, n, send._dtype_c, code, comm._handle,
                                                   st._ptr_cdata), "HcclReduceScatter", st, (send, recv),
                       comm, n, send._dtype_c, code)
@@ -565,7 +572,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
     if sb.count != rb.count * comm._size:
         raise ValueError(f"send must hold recv.count * size = {rb.count} * {comm._size} = "
                          f"{rb.count * comm._size} elements, it holds {sb.count}")
-    _hccl_count(rb.count, "recv")
+    _hccl_count(sb.count, "send")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     _aligned(sb, "send")
@@ -645,7 +652,8 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     """Copy ``buf`` of ``root`` into ``buf`` of every other rank (NumPy: a new array, or ``out``)."""
     if type(buf) is DeviceArray and type(root) is int and out is None:
         st = _fast(comm, stream)
-        if st is not None and 0 <= root < comm._size and buf._alloc.live_device == comm._device_id:
+        if (st is not None and 0 <= root < comm._size and buf._alloc.live_device == comm._device_id
+                and buf._size <= MAX_COUNT):
             _done(comm._api.HcclBroadcast(buf._cptr, buf._size, buf._dtype_c, root, comm._handle, st._ptr_cdata),
                   "HcclBroadcast", st, (buf,), comm, buf._size, buf._dtype_c, root)
             return buf
@@ -677,7 +685,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
         if st is not None:
             sa, ra, device, n = send._alloc, recv._alloc, comm._device_id, send._size
             if (sa.live_device == device and ra.live_device == device and send._dtype is recv._dtype
-                    and recv._size == n * comm._size and sa is not ra):
+                    and recv._size == n * comm._size <= MAX_COUNT and sa is not ra):
                 _done(comm._api.HcclAllGather(send._cptr, recv._cptr, n, send._dtype_c, comm._handle, st._ptr_cdata),
                       "HcclAllGather", st, (send, recv), comm, n, send._dtype_c, -1)
                 return recv
@@ -692,7 +700,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     if rb.count != sb.count * comm._size:
         raise ValueError(f"recv must hold send.count * size = {sb.count} * {comm._size} = "
                          f"{sb.count * comm._size} elements, it holds {rb.count}")
-    _hccl_count(sb.count, "send")
+    _hccl_count(rb.count, "recv")
     _on_device(comm, sb, "send")
     _on_device(comm, rb, "recv")
     in_place = sb.address == rb.address + comm._rank * sb.count * sb.itemsize
@@ -763,7 +771,8 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
     (``n``). ``send`` is only read on the root (it may be None elsewhere)."""
     if type(recv) is DeviceArray and type(root) is int and out is None:
         st = _fast(comm, stream)
-        if st is not None and 0 <= root < comm._size and recv._alloc.live_device == comm._device_id:
+        if (st is not None and 0 <= root < comm._size and recv._alloc.live_device == comm._device_id
+                and recv._size * comm._size <= MAX_COUNT):
             device, is_root = comm._device_id, root == comm._rank
             if not is_root:
                 _done(comm._api.HcclScatter(_ffi.NULL, recv._cptr, recv._size, recv._dtype_c, root, comm._handle,
@@ -788,7 +797,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
     st = _stream(comm, stream)
     root = _rank(comm, root, "root")
     rb = resolve(recv, "recv")
-    _hccl_count(rb.count, "recv")
+    _hccl_count(rb.count * comm._size, f"send (recv's {rb.count} elements times {comm._size} ranks)")
     _on_device(comm, rb, "recv")
     send_ptr = _ffi.NULL
     if root == comm._rank:
@@ -820,7 +829,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
         if st is not None:
             sa, ra, device, size = send._alloc, recv._alloc, comm._device_id, comm._size
             if (sa.live_device == device and ra.live_device == device and send._dtype is recv._dtype
-                    and send._size == recv._size and not send._size % size and sa is not ra):
+                    and send._size == recv._size <= MAX_COUNT and not send._size % size and sa is not ra):
                 n = send._size // size
                 _done(comm._api.HcclAlltoAll(send._cptr, n, send._dtype_c, recv._cptr, n, send._dtype_c, comm._handle,
                                              st._ptr_cdata), "HcclAlltoAll", st, (send, recv),
@@ -842,8 +851,8 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     _disjoint(sb, rb, "all_to_all")
     if comm._profile is not None:
         comm._profile.check("all_to_all", sb.dtype)
+    _hccl_count(sb.count, "send")
     per_rank = sb.count // comm._size
-    _hccl_count(per_rank, "each block of send")
     _done(comm._api.HcclAlltoAll(sb.ptr, per_rank, sb.dtype_c, rb.ptr, per_rank, rb.dtype_c, handle, st._ptr_cdata),
           "HcclAlltoAll", st, (send, recv), comm, per_rank, sb.dtype_c, -1)
     return recv
@@ -992,7 +1001,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     # The common call first, written out here and in recv alike: a shared helper costs ~0.1 us.
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank
-            and buf._alloc.live_device == comm._device_id):
+            and buf._alloc.live_device == comm._device_id and buf._size <= MAX_COUNT):
         _done(comm._api.HcclSend(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
               "HcclSend", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return None
@@ -1007,7 +1016,7 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank
-            and buf._alloc.live_device == comm._device_id):
+            and buf._alloc.live_device == comm._device_id and buf._size <= MAX_COUNT):
         _done(comm._api.HcclRecv(buf._cptr, buf._size, buf._dtype_c, peer, comm._handle, st._ptr_cdata),
               "HcclRecv", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return buf
@@ -1034,7 +1043,7 @@ def _batch_rows(comm: CommCore, items: Sequence[Any]) -> Optional[Tuple[tuple, L
         for kind, buf, peer in items:
             code = _KINDS.get(kind)
             if (code is None or type(buf) is not DeviceArray or buf._alloc.live_device != device
-                    or type(peer) is not int or not 0 <= peer < size or peer == rank):
+                    or buf._size > MAX_COUNT or type(peer) is not int or not 0 <= peer < size or peer == rank):
                 return None
             rows.append((code, buf._cptr, buf._size, buf._dtype_c, peer))
             buffers.append(buf)
