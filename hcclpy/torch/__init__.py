@@ -27,10 +27,10 @@ import torch.distributed as dist
 
 from ..communicator import Communicator
 from ._process_group import ProcessGroupHcclpy, create
-from ._work import Work
+from ._work import BackendTimeoutError, Work
 
-__all__ = ["BACKEND", "ProcessGroupHcclpy", "Work", "all_gather_into_tensor_uneven", "communicator",
-           "reduce_scatter_tensor_uneven"]
+__all__ = ["BACKEND", "BackendTimeoutError", "ProcessGroupHcclpy", "Work", "all_gather_into_tensor_uneven",
+           "communicator", "reduce_scatter_tensor_uneven"]
 
 BACKEND = "hcclpy"
 

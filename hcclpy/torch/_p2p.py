@@ -24,10 +24,9 @@ from typing import Any, Callable, Optional
 from .._units import env_count
 from ..communicator import Communicator
 from ..config import CommConfig
-from ..errors import CommTimeoutError
 from ..rootinfo import RootInfo
 from ..runtime import Device, Stream
-from ._work import Executor, Work
+from ._work import BackendTimeoutError, Executor, Work
 
 _P2P_BUFFER_MB = 20
 
@@ -91,7 +90,7 @@ class Channel:
         pause = 0.0005
         while not self._store.check([key]):
             if time.monotonic() > deadline:
-                raise CommTimeoutError(f"{self._key}: the peer {failure} within the store's timeout of {timeout:g} s")
+                raise BackendTimeoutError(f"{self._key}: the peer {failure} within the store's timeout of {timeout:g} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
         return self._store.get(key)

@@ -205,6 +205,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             if t.layout != torch.strided:
                 raise ValueError(f"{operation}: {argument} holds a {t.layout} tensor; the hcclpy backend takes "
                                  "dense tensors only")
+            if t.is_conj() or t.is_neg():  # lazy views: the memory holds the values before the flip
+                bit = "conjugate" if t.is_conj() else "negative"
+                raise ValueError(f"{operation}: {argument} holds a tensor whose {bit} bit is set (a lazy view, its "
+                                 "memory unchanged); pass tensor.resolve_conj() or tensor.resolve_neg()")
             if not t.is_contiguous():
                 raise ValueError(f"{operation}: {argument} holds a non-contiguous tensor (shape {tuple(t.shape)}, "
                                  f"strides {t.stride()}); pass tensor.contiguous()")

@@ -21,6 +21,12 @@ from torch.futures import Future
 from ..errors import CommTimeoutError
 
 
+class BackendTimeoutError(CommTimeoutError, dist.DistBackendError):
+    """An operation of the hcclpy backend ran out of time. It is hcclpy's
+    :class:`~hcclpy.CommTimeoutError` and torch's ``DistBackendError`` (a ``RuntimeError``), so
+    handlers written for torch's own backends catch it too."""
+
+
 def seconds(timeout: Any, default: float) -> float:
     """A wait limit in seconds: ``timeout`` (a timedelta or seconds) when positive, else ``default``."""
     if isinstance(timeout, timedelta):
@@ -67,7 +73,7 @@ class Work(dist.Work):
         self._start()
         limit = seconds(timeout, self._timeout)
         if not self._done.wait(limit):
-            raise CommTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
+            raise BackendTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
                                    "timeout, or the one given to wait)")
         if self._error is not None:
             raise self._error
