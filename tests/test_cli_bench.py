@@ -1,17 +1,20 @@
 """``hcclpy bench``: every operation runs on several ranks with checked results, the table follows
-nccl-tests, JSON / CSV / plot files are written, and wrong results are counted."""
+nccl-tests, JSON / CSV / plot files are written, wrong results are counted, and a run that stops
+early (a signal, a timeout, a rank gone) reports the rows it measured."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -19,11 +22,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hcclpy
+import hcclpy.cli
 import ranks
 from hcclpy._units import format_bytes, parse_bytes
 from hcclpy.bench import report
-from hcclpy.bench.cases import OPERATIONS, make_case
-from hcclpy.bench.measure import iterations, sizes
+from hcclpy.bench.cases import OPERATIONS, granularity, make_case, rounded_sizes
+from hcclpy.bench.measure import Result, Row, iterations, sizes
 from hcclpy.cli import bench as bench_cli
 from hcclpy.types import DataType, ReduceOp
 
@@ -41,7 +45,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
     out = tmp_path / "result.json"
-    result = bench(operation, "-g", "3", "-b", "8", "-e", "96K", "-f", "16", "-n", "5", "-d", "bfp16", "-o", "max",
+    result = bench(operation, "-g", "3", "-e", "96K", "-f", "16", "-n", "5", "-d", "bfp16", "-o", "max",
                    "-r", "2", "--json", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
@@ -49,7 +53,10 @@ def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
     assert report["nranks"] == 3 and report["type"] == "bfp16"
     assert report["redop"] == ("max" if reduces else "none") and report["root"] == (2 if rooted else -1)
     factor = 4 / 3 if operation == "all_reduce" else 1 if operation in ("reduce", "broadcast", "send_recv") else 2 / 3
+    # Without -b the first size is 8 bytes, or the smallest the operation has (a 16-byte block per rank)
+    assert report["rows"][0]["size"] == (48 if whole else 8) and report["complete"] and report["stopped"] is None
     for row in report["rows"]:
+        assert row["iters"] == 5
         # nccl-tests' columns: the count is each rank's (for gathers and scatters its block, aligned
         # down to 16 bytes), the size the whole buffer
         assert row["size"] == row["count"] * 2 * (3 if whole else 1)
@@ -118,7 +125,11 @@ def test_one_rank_without_a_launcher() -> None:
     (["all_reduce", "-f", "-2", "-i", "8"], "-f -2: the factor"),
     (["all_reduce", "-f", "0.5", "-i", "8"], "-f 0.5: the factor"),
     (["all_reduce", "-g", "2", "-f", "0"], "-f 0: the factor"),
-    (["all_reduce", "-f", "1"], "-f 1 -i 0: sizes need a factor above 1 (-f) or, with -f 1, a positive step (-i)"),
+    (["all_reduce", "-f", "1"], "-f 1: without a factor, sizes step by -i, which is missing"),
+    (["all_reduce", "-i", "0"], "-i 0: the step between sizes must be positive"),
+    # A factor and a step: one of them would be ignored
+    (["all_reduce", "-f", "2", "-i", "8"], "-f 2 -i 8: give a factor (-f) or a step (-i), not both (-f 1 -i 8 steps"),
+    (["all_reduce", "-g", "2", "-f", "1.5", "-i", "1K"], "-f 1.5 -i 1024: give a factor (-f) or a step (-i)"),
     # Output files that could not be written, refused before the benchmark rather than after it
     (["all_reduce", "--json", "/nonexistent/x.json"],
      "--json /nonexistent/x.json: cannot write it: the directory /nonexistent does not exist"),
@@ -132,9 +143,15 @@ def test_one_rank_without_a_launcher() -> None:
      "has 1: pass -g 2 or more"),
     (["send_recv", "-g", "1", "-b", "8", "-e", "8"], "send_recv needs at least 2 ranks"),
     (["all_reduce", "-g", "9", "-b", "8", "-e", "8"], "-g 9: 8 device(s) are visible here, and each rank needs its own"),
-    (["all_reduce", "-b", "1", "-e", "1"], "-b 1: smaller than one fp32 element (4 bytes); sizes are rounded down to "
-     "whole elements (as in nccl-tests)"),
-    (["all_gather", "-b", "7", "-e", "8K", "-d", "fp64"], "-b 7: smaller than one fp64 element (8 bytes)"),
+    # A -b every size below which rounds down to 0 bytes: one element, or a 16-byte block per rank
+    (["all_reduce", "-b", "1", "-e", "1"], "-b 1: below all_reduce's smallest size, 4 bytes (one fp32 element); sizes "
+     "are rounded down to a multiple of it (as in nccl-tests), so -b 1 would give 0-byte rows; pass -b 4 or more"),
+    (["all_gather", "-b", "7", "-e", "8K", "-d", "fp64"], "-b 7: below all_gather's smallest size on 1 rank, 16 bytes"),
+    (["all_gather", "-g", "3", "-b", "8"], "-b 8: below all_gather's smallest size on 3 ranks, 48 bytes (a 16-byte "
+     "block per rank)"),
+    (["all_to_all_v", "-g", "2", "-b", "31", "-d", "int8"], "pass -b 32 or more"),
+    (["reduce_scatter", "-g", "4", "-e", "32"], "-e 32: below reduce_scatter's smallest size on 4 ranks, 64 bytes "
+     "(a 16-byte block per rank), so every size would be 0 bytes; pass -e 64 or more (or -b 0 -e 0 for empty calls)"),
     (["all_reduce", "-b", "8G", "-e", "8G", "-n", "1", "-w", "0"],
      "-e: the largest size, 8 GiB, needs 16 GiB of device memory per rank (a send and a receive buffer), but 8 GiB "
      "of 8 GiB is free"),
@@ -252,11 +269,13 @@ def test_the_in_place_all_gather_check_does_not_see_the_call_before() -> None:
 
 
 def test_sizes_and_iterations() -> None:
-    assert sizes(8, 64, 2, 0) == [8, 16, 32, 64]
-    assert sizes(0, 3, 1, 1) == [0, 1, 2, 3]
+    assert sizes(8, 64) == sizes(8, 64, 2) == [8, 16, 32, 64]  # neither -f nor -i: a factor of 2
+    assert sizes(0, 3, 1, 1) == sizes(0, 3, step=1) == [0, 1, 2, 3]
     assert iterations(8, 0) == 1000 and iterations(64 << 20, 0) == 20 and iterations(8, 7) == 7
-    with pytest.raises(ValueError, match="factor above 1"):
-        sizes(8, 64, 1, 0)
+    with pytest.raises(ValueError, match="without a factor, sizes step by -i, which is missing"):
+        sizes(8, 64, 1)
+    with pytest.raises(ValueError, match="-f 2 -i 8: give a factor"):
+        sizes(8, 64, 2, 8)
 
 
 @pytest.mark.parametrize("factor", [float("nan"), float("inf"), float("-inf"), 0.0, 0.5, -2.0])
@@ -266,9 +285,9 @@ def test_a_factor_that_is_not_a_finite_number_of_at_least_1_is_refused(factor: f
 
 
 def test_sizes_with_large_and_fractional_factors() -> None:
-    assert sizes(8, 1 << 40, 1e308, 0) == [8]  # 8e308 is inf: the next size is past the end, not an error
-    assert sizes(43, 64, 1.5, 0) == [43, 64]  # 64.5 truncates to 64, still in range
-    assert sizes(8, 12, 1.1, 0) == [8, 9, 10, 11, 12]  # a size the factor does not grow grows by one byte
+    assert sizes(8, 1 << 40, 1e308) == [8]  # 8e308 is inf: the next size is past the end, not an error
+    assert sizes(43, 64, 1.5) == [43, 64]  # 64.5 truncates to 64, still in range
+    assert sizes(8, 12, 1.1) == [8, 9, 10, 11, 12]  # a size the factor does not grow grows by one byte
     assert sizes(8, 30, 1, 7) == [8, 15, 22, 29]
 
 
@@ -331,12 +350,13 @@ def _measuring_ranks(pids: List[int]) -> List[int]:
 
 
 def _start_long_bench(tmp_path: Path) -> Tuple[subprocess.Popen, List[int]]:
-    """``hcclpy bench -g 2`` with calls enough for hours, once both ranks measure; with the pids
-    of the launcher it started and of the ranks."""
+    """``hcclpy bench -g 2`` with calls enough for hours (results in ``tmp_path/r.json``), once both
+    ranks measure; with the pids of the launcher it started and of the ranks."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "hcclpy", "bench", "all_reduce", "-g", "2", "-b", "8", "-e", "8",
-                                 "-n", "50000000"], stdout=out, stderr=err, env=env, start_new_session=True)
+                                 "-n", "50000000", "--json", str(tmp_path / "r.json")], stdout=out, stderr=err, env=env,
+                                start_new_session=True)
     ok = ranks.wait_for(lambda: len(_measuring_ranks(_descendants(proc.pid))) == 2 or proc.poll() is not None,
                         60)
     pids = _descendants(proc.pid)
@@ -362,12 +382,23 @@ def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
     proc, pids = _start_long_bench(tmp_path)
     try:
         assert len(pids) == 3, pids  # the inner hcclpy run and its two ranks
+        # Rank 0 prints the table's header once it measures, before any row is done
+        header_shown = ranks.wait_for(lambda: "(elements)" in (tmp_path / "out").read_text(), 60)
+        assert header_shown, (tmp_path / "err").read_text()
         proc.send_signal(signum)
         proc.wait(timeout=TIMEOUT)
         assert proc.returncode == 128 + signum, (tmp_path / "err").read_text()
         assert ranks.wait_for(lambda: not any(ranks.process_alive(pid) for pid in pids), 30), \
             f"left running: {[_cmdline(pid) for pid in pids if ranks.process_alive(pid)]}"
         assert "Traceback" not in (tmp_path / "err").read_text(), (tmp_path / "err").read_text()
+        # On the signal, rank 0 printed the footer of the rows measured (none) and wrote the JSON
+        name = signal.Signals(signum).name
+        out = (tmp_path / "out").read_text()
+        assert out.startswith("# hcclpy bench all_reduce: 2 ranks"), out
+        assert f"# Incomplete: stopped by {name} at all_reduce of 8 B, out of place; 0 size(s) measured" in out, out
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert report["complete"] is False and report["stopped"].startswith(f"stopped by {name}")
+        assert report["rows"] == []
     finally:
         _kill(proc, pids)
 
@@ -417,3 +448,191 @@ def test_zero_bytes_are_still_allowed_as_nccl_tests_does() -> None:
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if line.strip() and not line.startswith("#")]
     assert [row[:2] for row in rows] == [["0", "0"]], result.stdout
+
+
+# ------------------------------------------------------------------- runs that stop early
+
+# hcclpy bench whose all_reduce stalls from the second size on (the first, 8 bytes, is 2 fp32
+# elements) on rank STALL_RANK: it sleeps there, as a hung rank would, or with STALL=exit leaves
+# the job, as a lost one would.
+STALLING_BENCH = """
+import os, sys, time
+import hcclpy.bench.cases as cases
+from hcclpy.cli import main
+real = cases.all_reduce
+def all_reduce(comm, send, recv, op, stream=None):
+    if send.size > 2 and comm.rank == int(os.environ["STALL_RANK"]):
+        if os.environ["STALL"] == "exit":
+            os._exit(0)
+        time.sleep(3600)
+    return real(comm, send, recv, op, stream=stream)
+cases.all_reduce = all_reduce
+sys.exit(main(["bench", *sys.argv[1:]]))
+"""
+
+
+def _stalling_bench(tmp_path: Path, stall: str, rank: int) -> Tuple[str, Dict[str, str]]:
+    """The script of :data:`STALLING_BENCH` (bench's arguments follow it), and its environment."""
+    script = tmp_path / "stalling_bench.py"
+    script.write_text(STALLING_BENCH)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env.update(STALL=stall, STALL_RANK=str(rank))
+    return str(script), env
+
+
+def _rows(stdout: str) -> List[List[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_rows_are_printed_as_measured_and_saved_when_interrupted(tmp_path: Path) -> None:
+    script, env = _stalling_bench(tmp_path, "sleep", 0)
+    outputs = {"json": tmp_path / "r.json", "csv": tmp_path / "r.csv"}
+    if _has_matplotlib():
+        outputs["plot"] = tmp_path / "r.png"
+    options = [item for option, path in outputs.items() for item in (f"--{option}", str(path))]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, script, "all_reduce", "-b", "8", "-e", "64", "-n", "2", "-w", "0",
+                                 *options], stdout=out, stderr=err, env=env)
+    try:
+        # The first row shows while the second size is still being measured
+        assert ranks.wait_for(lambda: len(_rows((tmp_path / "out").read_text())) == 1, 60), \
+            (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT) == 130
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert "Traceback" not in err and "hcclpy bench: stopped by SIGINT at all_reduce of 16 B, out of place" in err, err
+    assert [row[0] for row in _rows(out)] == ["8"]
+    assert "# Out of bounds values : 0 OK" in out and "# Incomplete: stopped by SIGINT" in out, out
+    report = json.loads(outputs["json"].read_text())
+    assert report["complete"] is False and "SIGINT" in report["stopped"] and len(report["rows"]) == 1
+    with open(outputs["csv"]) as f:
+        assert [row["size"] for row in csv.DictReader(f)] == ["8", "8"]
+    if "plot" in outputs:
+        assert outputs["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("stall, status, message", [
+    ("sleep", 124, "hcclpy bench: rank 0: timed out at all_reduce of 16 B, out of place (--timeout 3 s): "),
+    ("exit", 3, "hcclpy bench: rank 0: failed at all_reduce of 16 B, out of place: AclRemoteError: "),
+])
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_a_wait_past_the_timeout_or_a_rank_gone_ends_in_one_line_and_keeps_the_rows(
+        stall: str, status: int, message: str, tmp_path: Path) -> None:
+    script, env = _stalling_bench(tmp_path, stall, 1)
+    out = tmp_path / "r.json"
+    result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "2", "--no-prefix", script, "all_reduce",
+                             "-b", "8", "-e", "64", "-n", "2", "-w", "0", "--timeout", "3", "--json", str(out)],
+                            capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert [row[0] for row in _rows(result.stdout)] == ["8"], result.stdout
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and report["stopped"].startswith(message.split("rank 0: ")[1])
+    assert [row["size"] for row in report["rows"]] == [8]
+
+
+def test_the_ranks_of_g_have_no_time_limit_as_a_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --timeout bounds each wait of the ranks; a cap on the launcher would kill a long run that works.
+    started: List[List[str]] = []
+    monkeypatch.setattr(bench_cli._Relaunch, "start", lambda self, command: started.append(command))
+    monkeypatch.setattr(bench_cli._Relaunch, "wait", lambda self: 0)
+    monkeypatch.setattr(bench_cli, "_check_devices", lambda args: None)
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert hcclpy.cli.main(["bench", "all_reduce", "-g", "2", "--timeout", "5"]) == 0
+    [command] = started
+    launcher = command[:command.index("-m", command.index("run"))]
+    assert "--timeout" not in launcher, command
+    assert command[-2:] == ["--timeout", "5"]  # the ranks' own
+
+
+def test_unchecked_results_are_not_called_right(tmp_path: Path) -> None:
+    # As nccl-tests: with -c 0 #wrong is N/A (JSON null, CSV empty), and the footer claims nothing.
+    result = bench("reduce", "-c", "0", "-b", "8", "-e", "16", "-n", "2", "-w", "0", "--json", str(tmp_path / "r.json"),
+                   "--csv", str(tmp_path / "r.csv"))
+    assert result.returncode == 0, result.stderr
+    assert [(row[8], row[12]) for row in _rows(result.stdout)] == [("N/A", "N/A")] * 2, result.stdout
+    assert "# Out of bounds values : N/A (not checked: -c 0)" in result.stdout and " OK" not in result.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [row[p]["wrong"] for row in report["rows"] for p in ("out_of_place", "in_place")] == [None] * 4
+    with open(tmp_path / "r.csv") as f:
+        assert [row["wrong"] for row in csv.DictReader(f)] == [""] * 4
+
+
+def test_a_step_without_a_factor_steps_by_it() -> None:
+    # As nccl-tests: -f is off unless given, so -i alone steps by its size.
+    result = bench("all_reduce", "-b", "8", "-e", "40", "-i", "8", "-n", "1", "-w", "0")
+    assert result.returncode == 0, result.stderr
+    assert [row[0] for row in _rows(result.stdout)] == ["8", "16", "24", "32", "40"], result.stdout
+    assert sizes(8, 40, step=8) == sizes(8, 40, 1, 8) == [8, 16, 24, 32, 40]
+
+
+@pytest.mark.parametrize("args, shown", [
+    (["-b", "4", "-e", "64", "-f", "1.5"], ["4", "8", "12", "16", "28", "40", "60"]),  # 4, 6 -> 4, 4
+    (["-b", "0", "-e", "32"], ["0", "4", "8", "16", "32"]),  # 0, 1, 2 -> 0, 0, 0
+    (["-e", "5"], ["4"]),  # without -b the first size is 8 bytes, or -e when smaller
+])
+def test_sizes_that_round_to_the_same_are_measured_once(args: List[str], shown: List[str]) -> None:
+    result = bench("all_reduce", *args, "-n", "1", "-w", "0")
+    assert result.returncode == 0, result.stderr
+    assert [row[0] for row in _rows(result.stdout)] == shown, result.stdout
+
+
+def test_rounding_follows_each_operations_granularity() -> None:
+    assert granularity("all_reduce", DataType.FP16, 4) == 2 and granularity("all_gather", DataType.INT8, 3) == 48
+    assert rounded_sizes([0, 16, 48, 64, 100, 144], "all_gather", DataType.FP32, 3) == [0, 48, 96, 144]
+    assert rounded_sizes([4, 6, 9], "reduce", DataType.FP64, 3) == [0, 8]
+
+
+def test_automatic_iteration_counts_are_recorded(tmp_path: Path) -> None:
+    result = bench("all_reduce", "-b", "8", "-e", "16", "-w", "0", "--hccl-test", "--json", str(tmp_path / "r.json"),
+                   "--csv", str(tmp_path / "r.csv"))
+    assert result.returncode == 0, result.stderr
+    assert [row["iters"] for row in json.loads((tmp_path / "r.json").read_text())["rows"]] == [1000, 1000]
+    with open(tmp_path / "r.csv") as f:
+        assert [row["iters"] for row in csv.DictReader(f)] == ["1000"] * 4
+    assert "iters is 1000, warmup_iters is 0" in result.stdout, result.stdout
+    # Counts that differ by size are given as a range, first size to last
+    rows = [Row(8, 2, 1000, Result(1.0, 1.0, 1.0, 0), None), Row(64 << 20, 1 << 24, 20, Result(1.0, 1.0, 1.0, 0), None)]
+    out = io.StringIO()
+    report.hccl_test_table(rows, {"iters": "auto", "warmup": 5, "check": True}, out)
+    assert "iters is auto (1000 to 20 by size), warmup_iters is 5" in out.getvalue()
+
+
+def test_a_plot_leaves_out_points_at_or_below_zero(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    meta = {"operation": "all_reduce", "nranks": 1, "type": "fp32", "backend": "sim"}
+    zero = Row(0, 0, 2, Result(1.5, 0.0, 0.0, 0), Result(1.2, 0.0, 0.0, 0))
+    some = Row(64, 16, 2, Result(2.0, 0.03, 0.0, 0), Result(2.5, 0.02, 0.0, 0))  # one rank: busbw 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # log axes of values at or below 0 warn, and draw nothing
+        for rows, name in (([zero], "none.png"), ([zero, some], "some.png")):
+            report.write_plot(rows, meta, str(tmp_path / name))
+            assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_times_of_seconds_keep_the_columns_aligned() -> None:
+    meta = {"type": "fp32", "redop": "sum", "root": -1}
+    lines = []
+    for time_us in (1.5, 9999.99, 10000.0, 123456789.0):
+        out = io.StringIO()
+        report.print_row(Row(8, 2, 1, Result(time_us, 1.0, 1.0, 0), Result(time_us, 1.0, 1.0, 0)), meta, out)
+        lines.append(out.getvalue().rstrip("\n"))
+    assert len({len(line) for line in lines}) == 1, lines
+    assert lines[2].split()[5] == "10000" and lines[3].split()[5] == "123456789"  # no decimals from 10 ms on
+
+
+def test_broadcast_counts_its_one_call_once() -> None:
+    # HCCL broadcasts in place: both columns time that call, and the average counts it once.
+    rows = [Row(8, 2, 1, Result(1.0, 3.0, 3.0, 0), Result(1.0, 1.0, 1.0, 0))]
+    assert report.average_busbw(rows, "broadcast") == 1.0 and report.average_busbw(rows, "reduce") == 2.0
+    meta = {"operation": "broadcast", "nranks": 2, "backend": "sim", "warmup": 1, "iters": 1, "check": True,
+            "average": "mean over ranks"}
+    out = io.StringIO()
+    report.header(meta, out)
+    assert "# broadcast: HCCL has no out-of-place form, so both columns time the in-place call (counted once in " \
+           "the average)" in out.getvalue()

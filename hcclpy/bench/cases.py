@@ -1,11 +1,13 @@
 """What ``hcclpy bench`` measures for each operation: buffer sizes, the call, the expected result.
 
 Sizes follow nccl-tests (``reference``: perf.md §2.1): the printed size S is the per-rank buffer for
-all_reduce, reduce, broadcast and send_recv, and the whole buffer (every rank's block) for
-all_gather, reduce_scatter, all_to_all, scatter and the uneven forms, whose per-rank block is
-S / nranks. Bus bandwidth is ``algbw × factor`` with nccl-tests' factors (scatter's, (n-1)/n, from
-its scatter.cu; an uneven form's, its even form's), so numbers compare across rank counts and
-with NCCL.
+all_reduce, reduce, broadcast and send_recv, rounded down to whole elements, and the whole buffer
+(every rank's block) for all_gather, reduce_scatter, all_to_all, scatter and the uneven forms,
+whose per-rank block is S / nranks aligned down to 16 bytes, so S is rounded down to a multiple
+of 16 bytes × nranks (:func:`granularity`). Bus bandwidth is ``algbw × factor`` with nccl-tests'
+factors (scatter's, (n-1)/n, from its scatter.cu; an uneven form's, its even form's), so numbers
+compare across rank counts and with NCCL. HCCL broadcasts in place (one buffer), so broadcast's
+out-of-place column times that same call (:data:`IN_PLACE_BY_NATURE`).
 
 Inputs are small integers, exact in every data type, so checks compare exactly; bfloat16 is
 written and read through its bit pattern (no ml_dtypes needed).
@@ -13,7 +15,7 @@ written and read through its bit pattern (no ml_dtypes needed).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -22,7 +24,7 @@ from ..collectives import (all_gather, all_gather_v, all_reduce, all_to_all, all
 from ..runtime import DeviceArray, Stream, empty
 from ..types import DataType, ReduceOp
 
-__all__ = ["OPERATIONS", "Case", "make_case"]
+__all__ = ["IN_PLACE_BY_NATURE", "OPERATIONS", "Case", "granularity", "make_case", "rounded_sizes"]
 
 # operation -> (busbw factor as a function of n, whether a reduce op applies, whether a root applies,
 #               whether S is the whole buffer of all ranks)
@@ -42,6 +44,24 @@ OPERATIONS: Dict[str, Tuple[Callable[[int], float], bool, bool, bool]] = {
     "all_to_all_vc": (lambda n: (n - 1) / n, False, False, True),
     "send_recv": (lambda n: 1.0, False, False, False),
 }
+
+# Operations whose HCCL call has one buffer: their out-of-place column times the in-place call
+# again, so the average bus bandwidth counts it once.
+IN_PLACE_BY_NATURE = frozenset({"broadcast"})
+
+
+def granularity(operation: str, dtype: DataType, nranks: int) -> int:
+    """The bytes every size of ``operation`` is a multiple of: one element of ``dtype``, or, where
+    the size is every rank's block, ``nranks`` blocks of 16 bytes (nccl-tests aligns each rank's
+    block down to 16 bytes, a whole number of elements of every type)."""
+    return 16 * nranks if OPERATIONS[operation][3] else dtype.itemsize
+
+
+def rounded_sizes(byte_sizes: List[int], operation: str, dtype: DataType, nranks: int) -> List[int]:
+    """``byte_sizes`` rounded down to :func:`granularity`, as the rows show them, each once (two
+    requested sizes can round to the same one: nccl-tests would measure it twice)."""
+    unit = granularity(operation, dtype, nranks)
+    return list(dict.fromkeys(size // unit * unit for size in byte_sizes))
 
 
 def _values(dtype: DataType, float_values: np.ndarray) -> np.ndarray:
@@ -99,13 +119,9 @@ class Case:
         self.op = op if reduces else None
         self.root = root if rooted else -1
         n = comm.size
-        if whole:  # nccl-tests: the size is the whole buffer, each rank's block aligned down to 16 bytes
-            align = max(16 // dtype.itemsize, 1)
-            self.block = nbytes // n // dtype.itemsize // align * align
-            self.nbytes = self.block * n * dtype.itemsize
-        else:
-            self.block = nbytes // dtype.itemsize
-            self.nbytes = self.block * dtype.itemsize
+        unit = granularity(operation, dtype, n)
+        self.nbytes = nbytes // unit * unit
+        self.block = self.nbytes // (n if whole else 1) // dtype.itemsize
         self.count = self.block  # the elements nccl-tests prints: each rank's
         self.factor = factor(n)
         # The uneven forms move what their even forms do.
@@ -129,7 +145,7 @@ class Case:
         if name == "reduce":
             return (lambda: reduce(comm, send, None, op, root, stream=stream)) if in_place else \
                 (lambda: reduce(comm, send, recv, op, root, stream=stream))
-        if name == "broadcast":  # in place by nature: both columns time the same call
+        if name == "broadcast":  # IN_PLACE_BY_NATURE: both columns time the same call
             return lambda: broadcast(comm, send, root, stream=stream)
         if name == "all_gather":
             mine = recv[rank * block:(rank + 1) * block]

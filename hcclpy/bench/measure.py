@@ -3,21 +3,24 @@ back-to-back calls on one stream, after a warm-up, with a separate checked call.
 
 Every rank measures its own time; the ranks then agree on one number per size (``average``: the
 mean over ranks, as nccl-tests' default, or the minimum or maximum) and add up the wrong elements.
+:class:`Timer` measures one size at a time, so that the caller can show each row as it comes and
+keep the rows measured so far when a later size fails.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import collectives, host
+from .._units import format_bytes
 from ..types import DataType, ReduceOp
-from .cases import make_case
+from .cases import Case, make_case
 
-__all__ = ["AVERAGES", "Result", "Row", "iterations", "measure", "sizes"]
+__all__ = ["AVERAGES", "Result", "Row", "Timer", "iterations", "sizes"]
 
 AVERAGES = {0: "rank 0", 1: "mean over ranks", 2: "minimum over ranks", 3: "maximum over ranks"}
 
@@ -27,9 +30,9 @@ class Result:
     """One column group of the table: in place or out of place."""
 
     time_us: float
-    algbw: float   # GB/s (10^9 bytes)
+    algbw: float            # GB/s (10^9 bytes)
     busbw: float
-    wrong: int
+    wrong: Optional[int]    # None when results were not checked (-c 0)
 
 
 @dataclass
@@ -38,28 +41,39 @@ class Row:
 
     size: int                       # bytes, as nccl-tests prints them
     count: int                      # elements
+    iters: int                      # timed calls per column (-n, or the automatic count)
     out_of_place: Optional[Result]  # None where the operation has no such form
     in_place: Optional[Result]
 
     def as_dict(self) -> Dict[str, Any]:
+        """The row as JSON holds it (a column the operation lacks, or an unchecked #wrong, is None)."""
         return asdict(self)
 
 
-def sizes(minimum: int, maximum: int, factor: float, step: int) -> List[int]:
-    """The sizes from ``minimum`` to ``maximum``: times ``factor`` when it is above 1, else (a factor
-    of 1, nccl-tests' "no factor") plus ``step``. A size the factor does not grow grows by one byte.
+def sizes(minimum: int, maximum: int, factor: Optional[float] = None, step: Optional[int] = None) -> List[int]:
+    """The sizes from ``minimum`` to ``maximum``, as nccl-tests steps them: plus ``step`` when a step
+    is given without a factor (or with a factor of 1, nccl-tests' "no factor"), else times
+    ``factor`` (2 when neither is given). A size the factor does not grow grows by one byte.
 
     ValueError, naming the option (``-b``, ``-e``, ``-f``, ``-i``), for an empty range, a factor that
     is not a finite number of at least 1 (a NaN would compare false everywhere and step one byte at
-    a time), or a factor of 1 without a positive step.
+    a time), both a factor above 1 and a step (one of them would be ignored), or a step that is
+    not positive.
     """
     if minimum < 0 or maximum < minimum:
         raise ValueError(f"-b {minimum} -e {maximum}: the size range {minimum}..{maximum} is empty or negative")
-    if not (math.isfinite(factor) and factor >= 1):
+    if factor is not None and not (math.isfinite(factor) and factor >= 1):
         raise ValueError(f"-f {factor:g}: the factor between sizes must be a finite number above 1, or 1 to "
                          "step by -i")
-    if factor == 1 and step <= 0:
-        raise ValueError(f"-f 1 -i {step}: sizes need a factor above 1 (-f) or, with -f 1, a positive step (-i)")
+    if factor is not None and factor > 1 and step is not None:
+        raise ValueError(f"-f {factor:g} -i {step}: give a factor (-f) or a step (-i), not both (-f 1 -i {step} "
+                         f"steps by {step}, as nccl-tests)")
+    if factor == 1 and step is None:
+        raise ValueError("-f 1: without a factor, sizes step by -i, which is missing")
+    if step is not None and step <= 0:
+        raise ValueError(f"-i {step}: the step between sizes must be positive")
+    if factor is None:
+        factor = 1.0 if step is not None else 2.0
     out, size = [], minimum
     while size <= maximum:
         out.append(size)
@@ -79,54 +93,73 @@ def iterations(nbytes: int, requested: int) -> int:
     return max(20, min(1000, (256 << 20) // max(nbytes, 1)))
 
 
-def _agree(comm: Any, time_us: float, wrong: int, average: int) -> tuple:
-    """The ranks' common time (by ``average``) and total wrong elements."""
+def _agree(comm: Any, time_us: float, wrong: Optional[int], average: int) -> Tuple[float, Optional[int]]:
+    """The ranks' common time (by ``average``) and total wrong elements (None when unchecked: every
+    rank then skips the sum alike)."""
     times = host.all_gather(comm, np.array([time_us]))[:, 0]
-    total_wrong = int(host.all_reduce(comm, np.array([wrong], dtype=np.int64))[0])
+    if wrong is not None:
+        wrong = int(host.all_reduce(comm, np.array([wrong], dtype=np.int64))[0])
     agreed = {0: times[0], 1: times.mean(), 2: times.min(), 3: times.max()}[average]
-    return float(agreed), total_wrong
+    return float(agreed), wrong
 
 
-def measure(comm: Any, operation: str, byte_sizes: List[int], dtype: DataType, op: ReduceOp, root: int, *,
-            warmup: int, iters: int, check: bool, average: int, timeout: float) -> List[Row]:
-    """Time ``operation`` at every size (see the module docstring) and return one row per size."""
-    stream = comm.device.create_stream()
-    start, end = comm.device.create_event(), comm.device.create_event()
-    rows: List[Row] = []
-    try:
-        for nbytes in byte_sizes:
-            case = make_case(operation, comm, nbytes, dtype, op, root)
-            calls = iterations(case.nbytes, iters)
-            results = []
-            try:
-                for in_place in (False, True):
-                    launch = case.launcher(in_place, stream)
-                    if launch is None:
-                        results.append(None)
-                        continue
-                    wrong = 0
-                    if check:
-                        case.fill(in_place)
-                        launch()
-                        stream.synchronize(timeout)
-                        wrong = case.wrong(in_place)
-                    for _ in range(warmup):
-                        launch()
-                    collectives.barrier(comm, stream=stream)  # the ranks start the timed calls together
-                    stream.synchronize(timeout)
-                    start.record(stream)
-                    for _ in range(calls):
-                        launch()
-                    end.record(stream)
-                    end.synchronize(timeout)
-                    time_us, wrong = _agree(comm, start.elapsed_time(end) * 1e3 / calls, wrong, average)
-                    algbw = case.nbytes / time_us / 1e3 if time_us > 0 else 0.0
-                    results.append(Result(time_us, algbw, algbw * case.factor, wrong))
-            finally:
-                case.close()
-            rows.append(Row(case.nbytes, case.count, results[0], results[1]))
-    finally:
-        start.close()
-        end.close()
-        stream.close()
-    return rows
+class Timer:
+    """Times ``operation`` on ``comm``, one size per :meth:`row` call, on a stream of its own.
+
+    :attr:`where` says what it is doing (``"all_reduce of 64 B, in place"``), for a message when a
+    call fails. :meth:`close` frees the stream and events; after a failure, abort the communicator
+    first (``comm.destroy(timeout=0)``): closing a stream waits for the calls still queued on it.
+    """
+
+    def __init__(self, comm: Any, operation: str, dtype: DataType, op: ReduceOp, root: int, *, warmup: int,
+                 iters: int, check: bool, average: int, timeout: float) -> None:
+        self.comm, self.operation, self.dtype, self.op, self.root = comm, operation, dtype, op, root
+        self.warmup, self.iters, self.check, self.average, self.timeout = warmup, iters, check, average, timeout
+        self.where = f"{operation}, setting up"
+        self.stream = comm.device.create_stream()
+        self._start, self._end = comm.device.create_event(), comm.device.create_event()
+
+    def row(self, nbytes: int) -> Row:
+        """Measure ``nbytes`` (rounded down as :class:`~hcclpy.bench.cases.Case` says): a collective
+        call, every rank measures the same size."""
+        self.where = f"{self.operation} of {format_bytes(nbytes)}"
+        case = make_case(self.operation, self.comm, nbytes, self.dtype, self.op, self.root)
+        calls = iterations(case.nbytes, self.iters)
+        try:
+            results = [self._result(case, in_place, calls) for in_place in (False, True)]
+        finally:
+            case.close()
+        return Row(case.nbytes, case.count, calls, results[0], results[1])
+
+    def _result(self, case: Case, in_place: bool, calls: int) -> Optional[Result]:
+        """One column: the checked call, the warm-up and ``calls`` timed calls; None when the
+        operation has no such form."""
+        stream, timeout = self.stream, self.timeout
+        launch = case.launcher(in_place, stream)
+        if launch is None:
+            return None
+        self.where = f"{self.operation} of {format_bytes(case.nbytes)}, {'in' if in_place else 'out of'} place"
+        wrong = None
+        if self.check:
+            case.fill(in_place)
+            launch()
+            stream.synchronize(timeout)
+            wrong = case.wrong(in_place)
+        for _ in range(self.warmup):
+            launch()
+        collectives.barrier(self.comm, stream=stream)  # the ranks start the timed calls together
+        stream.synchronize(timeout)
+        self._start.record(stream)
+        for _ in range(calls):
+            launch()
+        self._end.record(stream)
+        self._end.synchronize(timeout)
+        time_us, wrong = _agree(self.comm, self._start.elapsed_time(self._end) * 1e3 / calls, wrong, self.average)
+        algbw = case.nbytes / time_us / 1e3 if time_us > 0 else 0.0
+        return Result(time_us, algbw, algbw * case.factor, wrong)
+
+    def close(self) -> None:
+        """Free the events and the stream (waiting for what is queued on it)."""
+        self._start.close()
+        self._end.close()
+        self.stream.close()

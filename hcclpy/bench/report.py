@@ -8,10 +8,11 @@ import os
 from typing import Any, Dict, List, Optional, TextIO
 
 from .._units import format_bytes
+from .cases import IN_PLACE_BY_NATURE
 from .measure import Result, Row
 
-__all__ = ["average_busbw", "check_output", "check_plot", "hccl_test_table", "table", "write_csv", "write_json",
-           "write_plot"]
+__all__ = ["average_busbw", "check_output", "check_plot", "footer", "hccl_test_table", "header", "print_row",
+           "write_csv", "write_json", "write_plot", "wrong_elements"]
 
 # hccl_test's names for the data types
 TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
@@ -19,51 +20,88 @@ TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int6
               "FP64": "fp64", "BFP16": "bfp16"}
 
 
-def average_busbw(rows: List[Row]) -> float:
-    """The mean bus bandwidth over sizes and columns, as nccl-tests' last line."""
-    values = [r.busbw for row in rows for r in (row.out_of_place, row.in_place) if r is not None]
+def average_busbw(rows: List[Row], operation: str) -> float:
+    """The mean bus bandwidth over sizes and columns, as nccl-tests' last line (broadcast's
+    out-of-place column times its in-place call, so it counts once)."""
+    columns = ("in_place",) if operation in IN_PLACE_BY_NATURE else ("out_of_place", "in_place")
+    values = [getattr(row, column).busbw for row in rows for column in columns if getattr(row, column) is not None]
     return sum(values) / len(values) if values else 0.0
+
+
+def wrong_elements(rows: List[Row]) -> int:
+    """The wrong elements over every cell of ``rows`` (unchecked cells count none)."""
+    return sum(r.wrong or 0 for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
+
+
+def _time(time_us: float) -> str:
+    # As nccl-tests: no decimals from 10 ms on, so a time of seconds still fits the column.
+    return f"{time_us:>9.0f}" if time_us >= 10000 else f"{time_us:>9.2f}"
 
 
 def _cells(result: Optional[Result]) -> str:
     if result is None:
         return f"{'N/A':>9} {'N/A':>7} {'N/A':>7} {'N/A':>6}"
-    return f"{result.time_us:>9.2f} {result.algbw:>7.2f} {result.busbw:>7.2f} {result.wrong:>6d}"
+    wrong = "N/A" if result.wrong is None else result.wrong  # N/A: not checked (-c 0), as nccl-tests
+    return f"{_time(result.time_us)} {result.algbw:>7.2f} {result.busbw:>7.2f} {wrong:>6}"
 
 
-def table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
-    """The nccl-tests table (out-of-place and in-place columns) with its header and footer."""
+def header(meta: Dict[str, Any], out: TextIO) -> None:
+    """The nccl-tests table's header, printed before the first row is measured."""
     print(f"# hcclpy bench {meta['operation']}: {meta['nranks']} ranks, backend {meta['backend']}, "
           f"warmup {meta['warmup']}, iters {meta['iters']}, check {'on' if meta['check'] else 'off'}", file=out)
     print(f"# time: device events around back-to-back calls on one stream; {meta['average']}; "
           "GB/s = 1e9 bytes/s; busbw = algbw x the nccl-tests factor", file=out)
+    if meta["operation"] in IN_PLACE_BY_NATURE:
+        print(f"# {meta['operation']}: HCCL has no out-of-place form, so both columns time the in-place call "
+              "(counted once in the average)", file=out)
     print(f"# {'':>62}out-of-place{'':>22}in-place", file=out)
     print(f"# {'size':>10} {'count':>12} {'type':>6} {'redop':>6} {'root':>5} "
           f"{'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
           file=out)
     print(f"# {'(B)':>10} {'(elements)':>12} {'':>6} {'':>6} {'':>5} "
-          f"{'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}", file=out)
-    for row in rows:
-        print(f"  {row.size:>10} {row.count:>12} {meta['type']:>6} {meta['redop']:>6} {meta['root']:>5} "
-              f"{_cells(row.out_of_place)} {_cells(row.in_place)}", file=out)
-    wrong = sum(r.wrong for row in rows for r in (row.out_of_place, row.in_place) if r is not None)
-    print(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}", file=out)
-    print(f"# Avg bus bandwidth    : {average_busbw(rows):.4f}", file=out)
+          f"{'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}", file=out,
+          flush=True)
+
+
+def print_row(row: Row, meta: Dict[str, Any], out: TextIO) -> None:
+    """One row of the table, flushed at once (a run stopped later still shows it)."""
+    print(f"  {row.size:>10} {row.count:>12} {meta['type']:>6} {meta['redop']:>6} {meta['root']:>5} "
+          f"{_cells(row.out_of_place)} {_cells(row.in_place)}", file=out, flush=True)
+
+
+def footer(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
+    """The table's last lines: wrong elements (N/A when unchecked), the average bus bandwidth, and
+    for a run that stopped early, why (``meta["stopped"]``)."""
+    wrong = wrong_elements(rows)
+    verdict = f"{wrong} {'OK' if wrong == 0 else 'FAILED'}" if meta["check"] else "N/A (not checked: -c 0)"
+    print(f"# Out of bounds values : {verdict}", file=out)
+    print(f"# Avg bus bandwidth    : {average_busbw(rows, meta['operation']):.4f}", file=out)
+    if not meta["complete"]:
+        print(f"# Incomplete: {meta['stopped']}; {len(rows)} size(s) measured", file=out)
+    out.flush()
 
 
 def hccl_test_table(rows: List[Row], meta: Dict[str, Any], out: TextIO) -> None:
     """hccl_test's table: size, average time and algorithm bandwidth of the out-of-place call, and
-    the check (``success``, ``failed``, or ``NULL`` when checks are off), under its header line."""
+    the check (``success``, ``failed``, or ``NULL`` when checks are off), under its header line,
+    which gives the timed calls (with ``-n 0`` the count chosen for each size, first to last)."""
     sizes = [row.size for row in rows]
-    print(f"the minbytes is {min(sizes, default=0)}, maxbytes is {max(sizes, default=0)}, iters is {meta['iters']}, "
+    counts = list(dict.fromkeys(row.iters for row in rows))
+    iters = meta["iters"]  # no row measured
+    if len(counts) == 1:
+        iters = counts[0]
+    elif counts:
+        iters = f"auto ({counts[0]} to {counts[-1]} by size)"
+    print(f"the minbytes is {min(sizes, default=0)}, maxbytes is {max(sizes, default=0)}, iters is {iters}, "
           f"warmup_iters is {meta['warmup']}", file=out)
     print("data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:", file=out)
     for row in rows:
         result = row.out_of_place
         if result is None:
             continue
-        check = "NULL" if not meta["check"] else "success" if result.wrong == 0 else "failed"
+        check = "NULL" if result.wrong is None else "success" if result.wrong == 0 else "failed"
         print(f"{row.size:<18}| {result.time_us:>12.2f}   | {result.algbw:>18.5f}   | {check}", file=out)
+    out.flush()
 
 
 def check_output(path: str) -> None:
@@ -109,46 +147,57 @@ def check_plot(path: str) -> None:
 
 
 def write_json(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    """``meta`` (``complete`` false and ``stopped`` saying why for a run that stopped early), the
+    average bus bandwidth and the rows measured; an unchecked #wrong is null."""
     with open(path, "w") as out:
-        json.dump({**meta, "avg_busbw": average_busbw(rows), "rows": [row.as_dict() for row in rows]}, out, indent=1)
+        json.dump({**meta, "avg_busbw": average_busbw(rows, meta["operation"]),
+                   "rows": [row.as_dict() for row in rows]}, out, indent=1)
         out.write("\n")
 
 
 def write_csv(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    """One line per size and column, with the timed calls (``iters``); an unchecked #wrong is empty."""
     with open(path, "w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["operation", "nranks", "size", "count", "type", "redop", "root", "placement", "time_us",
-                         "algbw", "busbw", "wrong"])
+        writer.writerow(["operation", "nranks", "size", "count", "type", "redop", "root", "placement", "iters",
+                         "time_us", "algbw", "busbw", "wrong"])
         for row in rows:
             for placement, result in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
                 if result is not None:
                     writer.writerow([meta["operation"], meta["nranks"], row.size, row.count, meta["type"],
-                                     meta["redop"], meta["root"], placement, f"{result.time_us:.3f}",
-                                     f"{result.algbw:.4f}", f"{result.busbw:.4f}", result.wrong])
+                                     meta["redop"], meta["root"], placement, row.iters, f"{result.time_us:.3f}",
+                                     f"{result.algbw:.4f}", f"{result.busbw:.4f}",
+                                     "" if result.wrong is None else result.wrong])
 
 
 def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
-    """Bus bandwidth and time against size, log axes (needs matplotlib)."""
+    """Bus bandwidth and time against size, log axes (needs matplotlib). Points at or below 0 (a
+    0-byte size, a bandwidth too small to print) have no place on a log axis and are left out; a
+    panel left with none says so, on linear axes."""
     _matplotlib()
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogFormatter
 
-    figure, (bandwidth, latency) = plt.subplots(1, 2, figsize=(11, 4))
-    for placement in ("out_of_place", "in_place"):
-        points = [(row.size, getattr(row, placement)) for row in rows if getattr(row, placement) is not None]
-        if not points:
-            continue
-        label = placement.replace("_", "-")
-        bandwidth.plot([p[0] for p in points], [p[1].busbw for p in points], marker="o", label=label)
-        latency.plot([p[0] for p in points], [p[1].time_us for p in points], marker="o", label=label)
-    for axes, title in ((bandwidth, "bus bandwidth (GB/s)"), (latency, "time per call (us)")):
-        axes.set_xscale("log", base=2)
-        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(int(value))))
-        axes.set_yscale("log")
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 0.01, 1, 100
-        axes.yaxis.set_minor_formatter(NullFormatter())
+    figure, panels = plt.subplots(1, 2, figsize=(11, 4))
+    for axes, title, value in zip(panels, ("bus bandwidth (GB/s)", "time per call (us)"), ("busbw", "time_us")):
+        for placement in ("out_of_place", "in_place"):
+            cells = [(row.size, getattr(row, placement)) for row in rows]
+            points = [(size, getattr(cell, value)) for size, cell in cells
+                      if cell is not None and size > 0 and getattr(cell, value) > 0]
+            if points:
+                axes.plot(*zip(*points), marker="o", label=placement.replace("_", "-"))
         axes.set_xlabel("size (bytes)")
         axes.set_title(title)
+        if not axes.lines:  # log axes of nothing warn, and a legend of nothing too
+            axes.text(0.5, 0.5, "no data above 0", transform=axes.transAxes, ha="center", va="center")
+            continue
+        axes.set_xscale("log", base=2)
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_bytes(int(x))))
+        axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))  # 0.01, 1, 100
+        # Labels between powers of 10 only when the values span less than one: else a narrow range
+        # (times of 1.6 to 2.2 us) would show no label at all.
+        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
         axes.grid(True, which="both", alpha=0.3)
         axes.legend()
     figure.suptitle(f"hcclpy bench {meta['operation']}, {meta['nranks']} ranks, {meta['type']}, "
