@@ -3,7 +3,8 @@
 Rank, world size and local rank come from the arguments, else from the first launcher whose
 variables are set: torchrun / ``hcclpy run`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), Slurm
 (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``), Open MPI (``OMPI_COMM_WORLD_*``) and
-MPICH/PMI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``). Without any, the process is rank 0 of 1.
+MPICH/PMI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``). Without any, the process is rank 0 of 1,
+and the local rank (the device) is the rank, whether given or not.
 
 The root info travels, in order of preference: through a rank table (``rank_table=`` or
 ``RANK_TABLE_FILE``, no exchange at all), through ``mpi_comm`` (mpi4py), through a shared file
@@ -11,8 +12,9 @@ The root info travels, in order of preference: through a rank table (``rank_tabl
 
 The rendezvous port: ``HCCLPY_RENDEZVOUS_PORT`` when set; else ``MASTER_PORT``, except under
 torchrun, whose agent already serves its own store there (``TORCHELASTIC_USE_AGENT_STORE=True``):
-then a port 1 to 1000 above it, derived from ``TORCHELASTIC_RUN_ID``; else, for launchers that set
-no port (Slurm, MPI), one derived from the job id; else 29500.
+then one 1 to 1000 above it, derived from ``TORCHELASTIC_RUN_ID`` (as far below it when that
+would pass 65535); else, for launchers that set no port (Slurm, MPI), one derived from the job id;
+else 29500.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import json
 import math
 import numbers
 import os
+import re
 import tempfile
 import threading
 import time
+import warnings
 import zlib
-from typing import Any, Mapping, Optional, Union
+from typing import Any, List, Mapping, Optional, Union
 
 from .communicator import Communicator, _rank_table_path
 from .config import CommConfig
@@ -39,6 +43,13 @@ from .runtime import Device, device_count
 __all__ = ["LaunchInfo", "detect_launch", "first_host", "init", "shutdown", "world"]
 
 DEFAULT_PORT = 29500
+DEFAULT_CONNECT_TIMEOUT = 120.0  # seconds: HCCL's default, and the simulator's
+_LONGEST_WAIT = 1e9  # seconds, ~32 years: the simulator takes longer settings as this (forever in practice)
+
+# HCCL_CONNECT_TIMEOUT as the simulator reads it, with C's strtod() taking the whole value: blanks
+# before it (none after), a sign, then a decimal or a hexadecimal (0x) number.
+_STRTOD_NUMBER = re.compile(r"[ \t\n\v\f\r]*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+                            r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?))", re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +235,9 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
     rank, world_size
         Default: from the launcher's environment (torchrun, Slurm, Open MPI, MPICH), else 0 and 1.
     device
-        Default: the local rank (a logical id, so ``ASCEND_RT_VISIBLE_DEVICES`` applies).
+        Default: the local rank (a logical id, so ``ASCEND_RT_VISIBLE_DEVICES`` applies); with no
+        launcher, the rank (``init(rank=r, world_size=n)`` in n processes of one host uses devices
+        0 to n - 1).
     config
         :class:`CommConfig` or dict for the communicator.
     timeout
@@ -286,11 +299,16 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
         if listed is not None and listed != world_size:
             raise ValueError(f"the rank table {table} lists {listed} ranks but world_size is {world_size}")
     if device is None:
+        # No launcher says where the ranks run: as LOCAL_RANK defaults to the rank, so does the device
+        # (else every rank numbered by the caller would share device 0).
+        no_launcher = launch.launcher == "none"
+        local_rank = rank if no_launcher else launch.local_rank
         count = device_count()
-        if not 0 <= launch.local_rank < count:
-            raise ValueError(f"local rank {launch.local_rank} has no device: {count} visible (set device=, or "
-                             "ASCEND_RT_VISIBLE_DEVICES / HCCLPY_SIM_DEVICES)")
-        device = launch.local_rank
+        if not 0 <= local_rank < count:
+            raise ValueError(f"local rank {local_rank}{' (the rank: no launcher sets one)' if no_launcher else ''} "
+                             f"has no device: {count} visible (set device=, or ASCEND_RT_VISIBLE_DEVICES / "
+                             "HCCLPY_SIM_DEVICES)")
+        device = local_rank
     dev = Device(device)
     with _lock:
         if _world is not None and not _world.destroyed:
@@ -303,8 +321,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: A
             payload = RootInfo.generate(dev).to_bytes() if rank == 0 else None
             comm = Communicator(world_size, RootInfo(mpi_comm.bcast(payload, root=0)), rank, config=config, device=dev)
         elif store_path is not None:
-            info = _exchange_by_file(store_path, rank, dev, timeout,
-                                     job_token(launch.master_addr, launch.master_port, launch.job_id))
+            info = _exchange_by_file(store_path, rank, dev, timeout, job_token(launch.master_port, launch.job_id))
             try:
                 comm = Communicator(world_size, info, rank, config=config, device=dev)
             finally:
@@ -356,15 +373,25 @@ def _rank_table_size(path: str) -> Optional[int]:
 
 
 def _connect_timeout() -> float:
-    """``HCCL_CONNECT_TIMEOUT`` in seconds (HCCL's default, 120, when unset or not a number)."""
-    try:
-        return max(float(os.environ.get("HCCL_CONNECT_TIMEOUT", "")), 1.0)
-    except ValueError:
-        return 120.0
+    """``HCCL_CONNECT_TIMEOUT`` in seconds, read as the simulator reads it: a number >= 0 (``0x``
+    hexadecimal too, blanks before it but none after). Unset or blank gives HCCL's default, 120;
+    any other value (``abc``, ``-1``, ``10s``, ``nan``, ``inf``) too, with a ``RuntimeWarning``."""
+    text = os.environ.get("HCCL_CONNECT_TIMEOUT", "")
+    if not text.strip():
+        return DEFAULT_CONNECT_TIMEOUT
+    match = _STRTOD_NUMBER.fullmatch(text)
+    if match is not None:
+        number = match.group(1)
+        value = float.fromhex(number) if "x" in number.lower() else float(number)
+        if 0 <= value < math.inf:
+            return min(abs(value), _LONGEST_WAIT)  # abs: -0 is 0
+    warnings.warn(f"HCCL_CONNECT_TIMEOUT={text!r} is ignored: it must be a number of seconds >= 0; using "
+                  f"{DEFAULT_CONNECT_TIMEOUT:g}", RuntimeWarning, stacklevel=4)  # at the caller of init()
+    return DEFAULT_CONNECT_TIMEOUT
 
 
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
-    token = job_token(launch.master_addr, launch.master_port, launch.job_id)
+    token = job_token(launch.master_port, launch.job_id)
     if rank == 0:
         info = RootInfo.generate(dev)
         # HCCL gives up on a root info nobody joins within HCCL_CONNECT_TIMEOUT: waiting longer for
@@ -374,14 +401,30 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
         try:
             missing = server.wait()
             if missing:
-                raise CommTimeoutError(f"rank(s) {missing} did not reach the rendezvous on "
-                                       f"{launch.master_addr}:{launch.master_port} within {limit:g} s (the "
-                                       "shorter of init()'s timeout and HCCL_CONNECT_TIMEOUT)")
+                raise CommTimeoutError(_incomplete(server, missing, f"{launch.master_addr}:{launch.master_port}",
+                                                   limit))
             return Communicator(world_size, info, 0, config=config, device=dev)
         finally:
             server.close()
     payload = fetch_root_info(launch.master_addr, launch.master_port, rank, world_size, token, timeout)
     return Communicator(world_size, RootInfo(payload), rank, config=config, device=dev)
+
+
+def _incomplete(server: RendezvousServer, missing: List[int], where: str, limit: float) -> str:
+    """Rank 0's message for a rendezvous that ``missing`` ranks did not join: those it never heard
+    from, and those it refused (which gave up), with the reasons."""
+    refused = {refusal.rank for refusal in server.refusals}
+    silent = [rank for rank in missing if rank not in refused]
+    within = f"within {limit:g} s (the shorter of init()'s timeout and HCCL_CONNECT_TIMEOUT)"
+    if silent:
+        text = f"rank(s) {silent} did not reach the rendezvous on {where} {within}"
+    else:
+        text = f"rank(s) {missing} did not join the rendezvous on {where} {within}"
+    for refusal in server.refusals:
+        text += f"; it refused rank {refusal.rank} (from {refusal.peer}): {refusal.reason}"
+    if server.refused > len(server.refusals):
+        text += f"; it refused {server.refused - len(server.refusals)} more"
+    return text
 
 
 def shutdown() -> None:

@@ -12,9 +12,10 @@ The server binds to the address it is given (``MASTER_ADDR``), not to every inte
 exception: a host name other than ``localhost`` that this host resolves to a loopback address (as
 Debian's ``127.0.1.1 hostname`` line does) while the other nodes reach the host at its network
 address; then it listens on every interface. It answers malformed or hostile input with an error
-while staying up. A job token (``HCCLPY_RENDEZVOUS_TOKEN``, set to a random value by ``hcclpy
-run``) keeps stray clients out; without one, a token derived from the job's address, port and size
-still separates jobs.
+while staying up, and records the ranks it refuses (:attr:`RendezvousServer.refusals`), so that rank
+0 can tell a rank it refused from one it never heard from. A job token (``HCCLPY_RENDEZVOUS_TOKEN``,
+set to a random value by ``hcclpy run``) keeps stray clients out; without one, a token derived from
+the rendezvous port and the launcher's job id still separates jobs.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import socket
 import struct
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .errors import CommTimeoutError, HcclpyError
 
-__all__ = ["RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token", "listen_address"]
+__all__ = ["Refusal", "RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token",
+           "listen_address"]
 
 MAGIC = b"HCCLPYRV"
 VERSION = 1
@@ -40,22 +42,41 @@ HEADER = struct.Struct("!8sHHI")
 HELLO_BODY = struct.Struct("!32sII")
 MAX_PAYLOAD = 64 * 1024
 IO_TIMEOUT = 10.0
+MAX_REFUSALS = 16  # refusals a server keeps the details of: a flood of strays must not grow it without bound
 
 
 class RendezvousError(HcclpyError):
     """The rendezvous refused this rank (wrong token, duplicate rank, wrong world size...)."""
 
 
-def job_token(master_addr: str, master_port: int, job_id: str = "") -> bytes:
+def job_token(master_port: int, job_id: str = "") -> bytes:
     """The 32-byte token clients must present: ``HCCLPY_RENDEZVOUS_TOKEN`` if set, else derived from
-    the job's address, port and launcher job id (``LaunchInfo.job_id``: it separates jobs, but is
-    not a secret). The world size is checked separately, so a mismatch is reported as such."""
+    the rendezvous port and the launcher's job id (``LaunchInfo.job_id``: it separates jobs, but is
+    not a secret).
+
+    The address is left out: nodes may spell rank 0's host differently (``localhost``,
+    ``127.0.0.1``, a name, an address), and a client that reaches the server has the right one. The
+    world size is checked separately, so a mismatch is reported as such.
+
+    Examples
+    --------
+    >>> len(job_token(29500, "job-7"))
+    32
+    """
     secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
     if secret:
         material = "secret:" + secret
     else:
-        material = f"derived:{master_addr}:{master_port}:{job_id}"
+        material = f"derived:{master_port}:{job_id}"
     return hashlib.sha256(material.encode()).digest()
+
+
+class Refusal(NamedTuple):
+    """A HELLO the server refused: the rank it claimed, the client's address, and why."""
+
+    rank: int
+    peer: str
+    reason: str
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -109,6 +130,17 @@ class RendezvousServer:
 
     Runs in a background thread from construction until every rank was served, :meth:`close` is
     called, or ``timeout`` seconds pass.
+
+    Attributes
+    ----------
+    address
+        The ``(host, port)`` it listens on.
+    refusals
+        The first :data:`MAX_REFUSALS` HELLOs it refused, as :class:`Refusal` (rank, client address,
+        reason); ``refused`` counts them all. A refused client gives up (:func:`fetch_root_info`
+        raises :class:`RendezvousError`).
+    errors
+        Connections that failed (a client that vanished or stalled, ``accept`` errors).
     """
 
     def __init__(self, host: str, port: int, world_size: int, token: bytes, payload: bytes,
@@ -121,6 +153,8 @@ class RendezvousServer:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.errors: List[str] = []
+        self.refusals: List[Refusal] = []  # the first MAX_REFUSALS, in order
+        self.refused = 0  # how many HELLOs were refused in all
         family, bind_host = listen_address(host)
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -176,17 +210,29 @@ class RendezvousServer:
         if kind != HELLO or len(body) != HELLO_BODY.size:
             return ERROR, b"expected a HELLO message"
         token, rank, world_size = HELLO_BODY.unpack(body)
-        if not hmac.compare_digest(token, self._token):
-            return ERROR, b"wrong job token (HCCLPY_RENDEZVOUS_TOKEN differs from rank 0's, or this is another job)"
-        if world_size != self._world_size:
-            return ERROR, f"world size mismatch: rank 0 has {self._world_size}, this rank says {world_size}".encode()
-        if not 0 < rank < self._world_size:
-            return ERROR, f"rank {rank} is not in [1, {self._world_size})".encode()
         with self._lock:
-            if rank in self._served:
-                return ERROR, f"rank {rank} already joined (from {self._served[rank]}): duplicate RANK?".encode()
-            self._served[rank] = peer[0]
-        return OK, self._payload
+            reason = self._refusal(token, rank, world_size)
+            if reason is None:
+                self._served[rank] = peer[0]
+                return OK, self._payload
+            # Kept for rank 0's error: the client gives up, so the rank will be missing.
+            self.refused += 1
+            if len(self.refusals) < MAX_REFUSALS:
+                self.refusals.append(Refusal(rank, peer[0], reason))
+        return ERROR, reason.encode()
+
+    def _refusal(self, token: bytes, rank: int, world_size: int) -> Optional[str]:
+        """Why a HELLO is refused, or None to serve it (called with the lock held)."""
+        if not hmac.compare_digest(token, self._token):
+            return ("wrong job token: HCCLPY_RENDEZVOUS_TOKEN differs from rank 0's (or is set on one side only), "
+                    "or, with none set, the launcher's job id differs (another job on this port)")
+        if world_size != self._world_size:
+            return f"world size mismatch: rank 0 has {self._world_size}, this rank says {world_size}"
+        if not 0 < rank < self._world_size:
+            return f"rank {rank} is not in [1, {self._world_size})"
+        if rank in self._served:
+            return f"rank {rank} already joined (from {self._served[rank]}): duplicate RANK?"
+        return None
 
     def wait(self) -> List[int]:
         """Wait until every rank was served, or the timeout passed or :meth:`close` was called;

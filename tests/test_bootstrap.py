@@ -9,13 +9,17 @@ ranks of one job cannot be threads of one process.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional
@@ -25,8 +29,8 @@ import pytest
 
 import hcclpy
 import ranks
-from hcclpy.bootstrap import DEFAULT_PORT, LaunchInfo, detect_launch, world
-from hcclpy.rendezvous import free_port
+from hcclpy.bootstrap import DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, LaunchInfo, _connect_timeout, detect_launch, world
+from hcclpy.rendezvous import RendezvousError, fetch_root_info, free_port, job_token
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.filterwarnings("ignore::hcclpy._ffi.SimulatorFallbackWarning")]
@@ -386,6 +390,83 @@ def test_rank_0_waits_for_the_others_within_timeout(clean_env: pytest.MonkeyPatc
     assert world() is None
 
 
+def test_rank_0_names_the_ranks_it_refused(clean_env: pytest.MonkeyPatch) -> None:
+    # Rank 1 started with another WORLD_SIZE is refused: rank 0's error says so, and why, rather
+    # than that rank 1 never came.
+    port = free_port()
+    clean_env.setenv("MASTER_PORT", str(port))
+    told: List[str] = []
+
+    def rank_1_of_3() -> None:
+        try:
+            fetch_root_info("127.0.0.1", port, 1, 3, job_token(port), 30.0)
+        except RendezvousError as exc:
+            told.append(str(exc))
+
+    client = threading.Thread(target=rank_1_of_3, daemon=True)
+    client.start()
+    try:
+        with pytest.raises(hcclpy.CommTimeoutError) as info:
+            hcclpy.init(rank=0, world_size=2, timeout=3)
+    finally:
+        client.join(30)
+    message = str(info.value)
+    assert "did not reach" not in message, message
+    assert message.startswith(f"rank(s) [1] did not join the rendezvous on 127.0.0.1:{port} within 3 s"), message
+    assert message.endswith("; it refused rank 1 (from 127.0.0.1): world size mismatch: rank 0 has 2, "
+                            "this rank says 3"), message
+    assert len(told) == 1 and "world size mismatch" in told[0]
+    assert world() is None
+
+
+# The simulator's reader (strtod() over the whole value, then >= 0) takes these as seconds...
+VALID_CONNECT_TIMEOUTS = ["30", " 2.5", "\t7", "0", "-0", "+3", "1.", ".5", "1e1", "0x10", "0X.8p1", "1e300"]
+# ... and ignores these (nan and inf are no number of seconds: they made its deadlines overflow, as
+# 1e300 did, which both readers now take as 1e9 s).
+IGNORED_CONNECT_TIMEOUTS = ["-1", "abc", "10s", "5 ", "1_0", "0x", "1e", "\u0663", "nan", "inf", "-inf", "infinity",
+                            "1e400"]
+
+
+def test_connect_timeout_is_read_as_the_simulator_reads_it(monkeypatch: pytest.MonkeyPatch, sim_home: Path) -> None:
+    # Rank 0's rendezvous stops waiting when HCCL would: HCCL_CONNECT_TIMEOUT=-1 used to give it 1 s.
+    reader = ctypes.CDLL(str(sim_home / "lib64" / "libascendcl.so")).sim_env_seconds
+    reader.restype, reader.argtypes = ctypes.c_double, [ctypes.c_char_p, ctypes.c_double]
+    for text in VALID_CONNECT_TIMEOUTS + IGNORED_CONNECT_TIMEOUTS:
+        monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", text)
+        simulator = reader(b"HCCL_CONNECT_TIMEOUT", -1.0)  # -1: it ignored the value
+        taken = simulator >= 0 and math.isfinite(simulator)
+        assert taken == (text in VALID_CONNECT_TIMEOUTS), (text, simulator)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert _connect_timeout() == (simulator if taken else DEFAULT_CONNECT_TIMEOUT), text
+        assert [str(w.message) for w in caught] == ([] if taken else [
+            f"HCCL_CONNECT_TIMEOUT={text!r} is ignored: it must be a number of seconds >= 0; using 120"]), text
+    for blank in ("", "  "):  # unset
+        monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", blank)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _connect_timeout() == DEFAULT_CONNECT_TIMEOUT == 120
+
+
+def test_rank_0_ignores_an_invalid_connect_timeout(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("MASTER_PORT", str(free_port()))
+    clean_env.setenv("HCCL_CONNECT_TIMEOUT", "-1")  # 120 s for HCCL: init()'s 1.5 s is the shorter
+    with pytest.warns(RuntimeWarning, match=r"HCCL_CONNECT_TIMEOUT='-1' is ignored") as warned:
+        with pytest.raises(hcclpy.CommTimeoutError, match=r"did not reach the rendezvous .* within 1\.5 s"):
+            hcclpy.init(rank=0, world_size=2, timeout=1.5)
+    assert [w.filename for w in warned] == [__file__], "the warning points at the call of init()"
+    assert world() is None
+
+
+def test_ranks_numbered_without_a_launcher_are_refused_a_missing_device(clean_env: pytest.MonkeyPatch) -> None:
+    # No launcher: the device is the rank, as LOCAL_RANK defaults to it (it was device 0 for all).
+    count = hcclpy.device_count()
+    with pytest.raises(ValueError, match=rf"^local rank {count} \(the rank: no launcher sets one\) has no device: "
+                                         rf"{count} visible"):
+        hcclpy.init(rank=count, world_size=count + 1, timeout=0.5)
+    assert world() is None
+
+
 def test_rank_0_removes_the_root_info_file_when_the_job_fails(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("HCCL_CONNECT_TIMEOUT", "1")  # rank 1 never comes: forming the communicator fails
     path = tmp_path / "root_info"
@@ -519,6 +600,36 @@ def test_init_tcp_rendezvous(size: int) -> None:
 def test_init_tcp_rendezvous_with_a_derived_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)  # what torchrun / srun give
     run_job(2, "tcp", {**tcp_env(None), "TORCHELASTIC_RUN_ID": "job-17"})
+
+
+def _init_at(rank: int, size: int, info: bytes, addresses: List[str], env: Dict[str, str]) -> Dict[str, Any]:
+    return _init_rank(rank, size, info, "tcp", {**env, "MASTER_ADDR": addresses[rank]}, "")
+
+
+def test_derived_token_does_not_depend_on_how_rank_0_host_is_spelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nodes may name rank 0's host differently (hcclpy run --master-addr on each): the job is the same.
+    monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)
+    env = {"MASTER_PORT": str(free_port()), "TORCHELASTIC_RUN_ID": "job-18"}
+    results = ranks.run_processes(_init_at, 2, ["127.0.0.1", "localhost"], env, timeout=PROCESS_TIMEOUT)
+    assert [(r["rank"], r["sum"]) for r in results] == [(0, [1, 2]), (1, [1, 2])]
+
+
+def _init_numbered_by_the_caller(rank: int, size: int, info: bytes, port: str) -> int:
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ["MASTER_PORT"] = port  # where to meet; no launcher's variables
+    comm = hcclpy.init(rank=rank, world_size=size, timeout=60)
+    try:
+        return comm.device.id
+    finally:
+        hcclpy.shutdown()
+
+
+def test_ranks_numbered_without_a_launcher_use_the_device_of_their_rank() -> None:
+    # Logical ids: ASCEND_RT_VISIBLE_DEVICES applies as it does to LOCAL_RANK.
+    devices = ranks.run_processes(_init_numbered_by_the_caller, 2, str(free_port()),
+                                  env={"ASCEND_RT_VISIBLE_DEVICES": "5,2"}, timeout=PROCESS_TIMEOUT)
+    assert devices == [0, 1]
 
 
 @pytest.mark.parametrize("size", [2, 4])

@@ -376,7 +376,7 @@ def _kill(proc: subprocess.Popen, pids: List[int]) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
     proc, pids = _start_long_bench(tmp_path)

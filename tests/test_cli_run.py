@@ -22,7 +22,7 @@ import pytest
 import ranks
 
 from hcclpy.cli import main
-from hcclpy.cli.run import FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, rank_environment
+from hcclpy.cli.run import FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, rank_environment, rendezvous_port
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 60  # seconds any launcher may take; the tests expect far less
@@ -110,6 +110,17 @@ def test_multi_node_ranks_and_explicit_rendezvous(tmp_path):
                        "GROUP_RANK": "2", "NODE_RANK": "2", "GROUP_WORLD_SIZE": "3", "ROLE_RANK": str(rank),
                        "ROLE_WORLD_SIZE": "6", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29999",
                        "HCCLPY_RENDEZVOUS_PORT": "30000"}
+
+
+def test_multi_node_rendezvous_port_stays_in_range():
+    # Every node's launcher derives the same port from MASTER_PORT alone: the next one, or the one
+    # before at the top of the range (as docs/environment.md says).
+    def port(master_port: int) -> int:
+        return rendezvous_port(RankSpec(local_rank=0, nproc=1, nnodes=2, node_rank=0, master_addr="h",
+                                        master_port=master_port))
+
+    assert port(29999) == 30000 and port(65534) == 65535
+    assert port(65535) == 65534
 
 
 def test_other_launchers_rank_variables_are_removed(tmp_path):
@@ -292,14 +303,16 @@ SIGNAL_AWARE = """
     def stop(signum, frame):
         print("got", signal.Signals(signum).name, flush=True)
         sys.exit(0)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, stop)
     open(os.path.join({tmp!r}, "ready." + os.environ["RANK"]), "w").close()
     time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGHUP (the terminal or SSH session closed) and SIGQUIT (Ctrl-\) too, as torchrun's agent does:
+# left at their default, they would kill the launcher at once and orphan what the ranks started.
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
 def test_signals_are_forwarded_to_every_rank(tmp_path, signum):
     launcher = start_run("-n", "3", script(tmp_path, SIGNAL_AWARE.format(tmp=str(tmp_path))))
     try:
@@ -419,7 +432,8 @@ def test_processes_started_by_a_failed_rank_are_stopped(tmp_path):
         kill_leftovers(pids, "sleep")
 
 
-def test_processes_started_by_ranks_are_stopped_with_the_launcher(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_processes_started_by_ranks_are_stopped_with_the_launcher(tmp_path, signum):
     # A signal to the launcher: rank 1 is running, rank 0 has exited, both helpers are stopped.
     body = f"""
         import os, subprocess, time
@@ -434,10 +448,10 @@ def test_processes_started_by_ranks_are_stopped_with_the_launcher(tmp_path):
     pids: List[int] = []
     try:
         wait_for_files([tmp_path / f"ready.{r}" for r in range(2)])
-        launcher.send_signal(signal.SIGTERM)
+        launcher.send_signal(signum)
         stdout, stderr = launcher.communicate(timeout=TIMEOUT)
         pids = helper_pids(stdout)
-        assert launcher.returncode == 128 + signal.SIGTERM, stderr
+        assert launcher.returncode == 128 + signum, stderr
         assert len(pids) == 2, stdout
         assert [pid for pid in pids if ranks.process_alive(pid)] == [], "the ranks' helpers outlived the job"
     finally:
@@ -467,6 +481,33 @@ def test_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
         assert len(pids) == 1 and not ranks.process_alive(pids[0]), "the helper outlived the job"
     finally:
         kill_leftovers(pids, "python")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, on which every write fails")
+@pytest.mark.parametrize("code", [0, 3])
+def test_output_that_cannot_be_written_is_reported_once(tmp_path, code):
+    # Every write to the launcher's stdout fails (ENOSPC). It says so once, on stderr, and goes on
+    # reading the ranks' pipes: a rank writing more than a pipe holds would block otherwise (and the
+    # subprocess timeout turn that into a failure). The exit status is the ranks'.
+    body = f"""
+        import sys
+        for i in range(20000):
+            print("line", i, "of output nobody sees")
+        print("done", file=sys.stderr)
+        sys.exit({code})
+    """
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "2", script(tmp_path, body)],
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    own = [line for line in result.stderr.splitlines() if line.startswith("hcclpy run: ")]
+    assert [line for line in own if "cannot write" in line] == [
+        "hcclpy run: cannot write the ranks' output to stdout (No space left on device); dropping it from now on"], \
+        result.stderr
+    if code == 0:  # stderr still carries the ranks' lines
+        ranks_lines = "\n".join(line for line in result.stderr.splitlines() if line not in own)
+        assert by_rank(ranks_lines) == {0: ["done"], 1: ["done"]}
 
 
 @pytest.mark.parametrize("code", [0, 3])

@@ -211,10 +211,37 @@ def test_wrong_world_size_names_both_sizes_with_derived_tokens(servers: List[Ren
     # What hcclpy.bootstrap._init_tcp does on each side when the launcher sets no secret.
     monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)
     port = free_port(HOST)
-    server = RendezvousServer(HOST, port, 4, job_token(HOST, port), PAYLOAD, 30.0)
+    server = RendezvousServer(HOST, port, 4, job_token(port), PAYLOAD, 30.0)
     servers.append(server)
     with pytest.raises(RendezvousError, match=r"rank 0 has 4, this rank says 3"):
-        fetch_root_info(HOST, port, 1, 3, job_token(HOST, port), 5.0)
+        fetch_root_info(HOST, port, 1, 3, job_token(port), 5.0)
+
+
+def test_refusals_are_recorded_for_rank_0(servers: List[RendezvousServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rank 0 reports a rank it refused as refused (and why), not as one that never came.
+    server = serve(servers, 3)
+    said = []
+    for rank, world_size, token in ((1, 3, hashlib.sha256(b"another job").digest()), (2, 4, TOKEN), (5, 3, TOKEN)):
+        with pytest.raises(RendezvousError) as info:
+            fetch(server, rank, world_size, token=token)
+        said.append(str(info.value))
+    assert fetch(server, 1, 3) == PAYLOAD
+    with pytest.raises(RendezvousError):
+        fetch(server, 1, 3)  # a duplicate
+    assert server.refused == 4
+    assert [(r.rank, r.peer) for r in server.refusals] == [(1, HOST), (2, HOST), (5, HOST), (1, HOST)]
+    # Each reason is what the refused client was told.
+    assert all(text.endswith(": " + r.reason) for text, r in zip(said, server.refusals))
+    assert "wrong job token" in server.refusals[0].reason and "job id" in server.refusals[0].reason
+    assert server.refusals[3].reason.startswith(f"rank 1 already joined (from {HOST})")
+    # A flood of refused HELLOs is counted, but only the first few are kept.
+    monkeypatch.setattr(rv, "MAX_REFUSALS", 6)
+    for _ in range(5):
+        with raw(server) as sock:
+            sock.sendall(hello(rank=2, world_size=9))
+            assert reply_of(sock)[0] == rv.ERROR
+    assert server.refused == 9 and len(server.refusals) == 6
+    assert fetch(server, 2, 3) == PAYLOAD
 
 
 @pytest.mark.parametrize("rank", [0, 4, 7, 2**32 - 1])
@@ -424,20 +451,23 @@ def test_server_cannot_bind_to_a_foreign_address_or_a_busy_port(servers: List[Re
 
 def test_job_token_with_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HCCLPY_RENDEZVOUS_TOKEN", "s3cret")
-    token = job_token("10.0.0.1", 29500)
+    token = job_token(29500)
     assert len(token) == 32
-    assert token == job_token("10.0.0.2", 1234)  # the secret alone decides
+    assert token == job_token(1234, "job-9")  # the secret alone decides
     monkeypatch.setenv("HCCLPY_RENDEZVOUS_TOKEN", "other")
-    assert job_token("10.0.0.1", 29500) != token
+    assert job_token(29500) != token
 
 
 def test_derived_job_token_separates_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)
-    base = job_token("10.0.0.1", 29500)
-    assert len(base) == 32 and base == job_token("10.0.0.1", 29500)
-    assert len({base, job_token("10.0.0.2", 29500), job_token("10.0.0.1", 29501)}) == 3
-    # The launcher's job id (LaunchInfo.job_id) separates jobs on one address and port.
-    assert len({base, job_token("10.0.0.1", 29500, "1234.0"), job_token("10.0.0.1", 29500, "1234.1")}) == 3
+    base = job_token(29500)
+    assert len(base) == 32 and base == job_token(29500)
+    assert base != job_token(29501)
+    # The launcher's job id (LaunchInfo.job_id) separates jobs on one port.
+    assert len({base, job_token(29500, "1234.0"), job_token(29500, "1234.1")}) == 3
+    # So does a secret: a rank with one and a rank without are in different jobs.
+    monkeypatch.setenv("HCCLPY_RENDEZVOUS_TOKEN", "s3cret")
+    assert job_token(29500) != base
 
 
 def test_client_rejects_an_untrusted_reply_size() -> None:

@@ -40,8 +40,8 @@ Exit status: 0 when every checked result was right; 1 when one was wrong; 2 for 
 3 when an operation failed (:class:`~hcclpy.HcclpyError`, a rank gone, say); 124 when a wait ran
 past ``--timeout``; ``128 + n`` after signal ``n`` (130 for SIGINT, 143 for SIGTERM).
 
-With ``-g N``, SIGINT and SIGTERM are forwarded to the ``hcclpy run`` that starts the ranks, which
-stops them; bench waits for it (its grace period and 5 s more at most, then kills it) and exits with
+With ``-g N``, SIGINT and SIGTERM (SIGHUP and SIGQUIT too) are forwarded to the ``hcclpy run``
+that starts the ranks, which stops them; bench waits for it (its grace period and 5 s more at most, then kills it) and exits with
 ``128 + n`` for signal ``n`` (130, 143). If bench itself is killed, the kernel kills that launcher
 (Linux parent-death signal), and the launcher's ranks with it.
 """
@@ -59,7 +59,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _numbers
-from .run import DEFAULT_GRACE, EXIT_TIMEOUT, _exit_status, _parent_death_signal
+from .run import _FORWARDED, DEFAULT_GRACE, EXIT_TIMEOUT, _exit_status, _parent_death_signal
 
 __all__ = ["add_parser", "run"]
 
@@ -190,11 +190,12 @@ class _Relaunch:
 
 @contextlib.contextmanager
 def _signal_handlers(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """Handle SIGINT and SIGTERM with ``handler`` inside the block, as before after it; off the main
-    thread, where Python cannot set handlers, leave them as they are."""
+    """Handle the signals ``hcclpy run`` forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) with ``handler``
+    inside the block, as before after it; off the main thread, where Python cannot set handlers,
+    leave them as they are."""
     saved: Dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in _FORWARDED:
             saved[signum] = signal.signal(signum, handler)
     try:
         yield
@@ -357,7 +358,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 class _Stopped(BaseException):
-    """SIGINT or SIGTERM while measuring. A BaseException, as KeyboardInterrupt is, so that no
+    """A signal ``hcclpy run`` forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while measuring. A BaseException, as KeyboardInterrupt is, so that no
     ``except Exception`` on its way catches it."""
 
     def __init__(self, signum: int) -> None:
@@ -366,7 +367,7 @@ class _Stopped(BaseException):
 
 
 class _StopOnce:
-    """The SIGINT and SIGTERM handler of a measuring rank: while it is armed, a signal raises
+    """The handler of the forwarded signals on a measuring rank: while it is armed, a signal raises
     :class:`_Stopped`, so that the rows measured so far are reported; once measuring is over (a
     signal, a failure, the last size), signals are ignored, so that the report is written whole (it
     is short, and a launcher's SIGKILL still bounds it)."""

@@ -11,34 +11,38 @@ Every rank is a child process (``python script.py args...``) with the variables 
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (the node rank), ``GROUP_WORLD_SIZE``,
 ``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port the launcher
 picks when there is one node), plus ``HCCLPY_LAUNCHER=hcclpy-run`` and, unless already set,
-``HCCLPY_RENDEZVOUS_PORT`` (another free port with one node, ``MASTER_PORT + 1`` with several:
-:func:`hcclpy.init` keeps off ``MASTER_PORT``, which torch.distributed's store takes in a script
-that uses both) and, with one node, a fresh ``HCCLPY_RENDEZVOUS_TOKEN``. :func:`hcclpy.init` reads
-them, so a script runs unchanged under ``hcclpy run``, torchrun, srun or mpirun. The rank variables
-of other launchers (Slurm, Open MPI, MPICH/PMI) are removed from the children's environment, so a
-job started inside an allocation sees only the ranks this launcher gives it.
+``HCCLPY_RENDEZVOUS_PORT`` (another free port with one node; with several, ``MASTER_PORT + 1``, or
+``MASTER_PORT - 1`` when ``MASTER_PORT`` is 65535: :func:`hcclpy.init` keeps off ``MASTER_PORT``,
+which torch.distributed's store takes in a script that uses both) and, with one node, a fresh
+``HCCLPY_RENDEZVOUS_TOKEN``. :func:`hcclpy.init` reads them, so a script runs unchanged under
+``hcclpy run``, torchrun, srun or mpirun. The rank variables of other launchers (Slurm, Open MPI,
+MPICH/PMI) are removed from the children's environment, so a job started inside an allocation sees
+only the ranks this launcher gives it.
 
 Output: each line a rank prints is shown prefixed with ``[rank] `` (stdout to stdout, stderr to
 stderr, a line at a time; bytes that are not UTF-8 are replaced, never fatal); ``--no-prefix``
 passes the ranks' output through untouched, each rank writing straight to the launcher's
 stdout and stderr, so a line a rank writes in pieces (``print(a, b)`` is several writes) can be
 split by another rank's. ``PYTHONUNBUFFERED=1`` is set unless already set, so lines show up when
-they are printed.
+they are printed. When writing to the launcher's stdout or stderr fails (a full disk, a terminal
+that hung up), the launcher says so once on stderr and drops what the ranks send there from then on
+(a reader that went away, as ``| head`` does, is not reported); it keeps reading the ranks' pipes,
+so the ranks run on, and exits with their status.
 
 Ending: the launcher exits with 0 when every rank does. When a rank exits with a non-zero code or
 is killed, the others are stopped and the launcher exits with that rank's code (``128 + n`` for
-signal ``n``). SIGINT and SIGTERM sent to the launcher are forwarded to every rank (a second one
-kills them); the launcher then exits with ``128 + n``. ``--timeout`` stops everything after that
-many seconds and exits with 124. Stopping signals the process group of every rank, of the ranks
-that already exited too: SIGTERM (or the forwarded signal), then SIGKILL to whatever is left after
-``--grace`` seconds. However the job ends, once the last rank has exited the launcher stops the
-processes the ranks started in the same way (showing their output meanwhile) and goes on when
-none is left, at the latest a second after the SIGKILL; it then reads at most 1 MiB more from
-each pipe and closes it. So no process that stays in its rank's process group outlives the job;
-one that leaves it (``setsid``, ``setpgid``, a daemon) is not reached, and loses the rank's output
-when the pipe closes. If the launcher itself is killed with SIGKILL, the kernel kills the ranks
-(Linux parent-death signal), but the processes the ranks started keep running: nothing is left
-to stop them.
+signal ``n``). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forwarded to every rank,
+as torchrun's agent does (a second one kills them); the launcher then exits with ``128 + n``.
+``--timeout`` stops everything after that many seconds and exits with 124. Stopping signals the
+process group of every rank, of the ranks that already exited too: SIGTERM (or the forwarded
+signal), then SIGKILL to whatever is left after ``--grace`` seconds. However the job ends, once the
+last rank has exited the launcher stops the processes the ranks started in the same way (showing
+their output meanwhile) and goes on when none is left, at the latest a second after the SIGKILL; it
+then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
+process group outlives the job; one that leaves it (``setsid``, ``setpgid``, a daemon) is not
+reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a signal it does not forward (SIGKILL,
+say), the kernel kills the ranks (Linux parent-death signal), but the processes the ranks started
+keep running: nothing is left to stop them.
 """
 
 from __future__ import annotations
@@ -79,6 +83,11 @@ _POLL = 0.05  # seconds between checks of the children while no output arrives
 _DRAIN_LIMIT = 1 << 20  # bytes read from a pipe once the job has ended (Linux's largest pipe by default):
 # a writer outside the rank's process group, which no signal of ours reaches, cannot hold the launcher
 _KILL_WAIT = 1.0  # seconds to wait for processes to vanish after the final SIGKILL
+# The signals that would end the launcher and that it forwards instead, as torchrun's agent does:
+# left at their default, SIGHUP (a closed terminal or SSH session) and SIGQUIT (Ctrl-\) would kill
+# it at once, leaving the processes the ranks started running.
+_FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+                   if hasattr(signal, name))
 
 
 # ------------------------------------------------------------------------------ command line
@@ -249,12 +258,36 @@ def _parent_death_signal() -> Any:
 
 
 @dataclass
+class _Sink:
+    """The launcher's stdout or stderr, which the ranks' output goes to."""
+
+    name: str
+    out: BinaryIO
+    encoding: str
+    lost: bool = False  # a write failed: what the ranks send here is dropped from then on
+
+    def write(self, text: str) -> None:
+        """Write ``text`` (unencodable characters replaced); never raises: the ranks' pipes must be
+        read on whatever becomes of the launcher's output, or they would block writing."""
+        if self.lost:
+            return
+        try:
+            self.out.write(text.encode(self.encoding, "replace"))
+            self.out.flush()
+        except (BrokenPipeError, ValueError):  # our own reader went away (| head): nothing to tell
+            self.lost = True
+        except OSError as exc:  # a full disk, a terminal that hung up...: say so, once
+            self.lost = True
+            _message(f"cannot write the ranks' output to {self.name} ({exc.strerror or exc}); dropping it "
+                     "from now on")
+
+
+@dataclass
 class _Stream:
     """One pipe from a rank to the launcher's stdout or stderr."""
 
     prefix: str
-    out: BinaryIO
-    encoding: str
+    sink: _Sink
     pending: bytes = b""
 
     def feed(self, data: bytes) -> None:
@@ -277,12 +310,7 @@ class _Stream:
         lines = data.decode("utf-8", "replace").split("\n")
         if lines[-1] == "":
             lines.pop()
-        blob = "".join(f"{self.prefix}{line}\n" for line in lines).encode(self.encoding, "replace")
-        try:
-            self.out.write(blob)
-            self.out.flush()
-        except (BrokenPipeError, ValueError):  # our own reader went away: keep draining the ranks
-            pass
+        self.sink.write("".join(f"{self.prefix}{line}\n" for line in lines))
 
 
 def _binary(stream: Any) -> Tuple[BinaryIO, str]:
@@ -324,7 +352,7 @@ class _Launch:
 
     def start(self, command: Sequence[str], ranks: Sequence[RankSpec], env: Optional[Mapping[str, str]]) -> None:
         """Start one child per rank (stopping early on a signal or when a child cannot start)."""
-        streams = [_binary(sys.stdout), _binary(sys.stderr)]
+        sinks = [_Sink("stdout", *_binary(sys.stdout)), _Sink("stderr", *_binary(sys.stderr))]
         pipe = subprocess.PIPE if self.prefix else None
         preexec = _parent_death_signal()
         base = dict(os.environ if env is None else env)
@@ -349,9 +377,9 @@ class _Launch:
                 return
             self.children.append(_Child(spec.rank, proc))
             if self.prefix:
-                for pipe_file, (out, encoding) in zip((proc.stdout, proc.stderr), streams):
+                for pipe_file, sink in zip((proc.stdout, proc.stderr), sinks):
                     os.set_blocking(pipe_file.fileno(), False)
-                    self.selector.register(pipe_file, selectors.EVENT_READ, _Stream(f"[{spec.rank}] ", out, encoding))
+                    self.selector.register(pipe_file, selectors.EVENT_READ, _Stream(f"[{spec.rank}] ", sink))
 
     # -- stopping
 
@@ -514,7 +542,10 @@ def _live_groups(pgids: Iterable[int]) -> Set[int]:
 
 
 def _message(text: str) -> None:
-    print(f"hcclpy run: {text}", file=sys.stderr, flush=True)
+    try:
+        print(f"hcclpy run: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # no stderr to tell (a full disk, a closed terminal): the exit status still does
+        pass
 
 
 def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Optional[float] = None,
@@ -555,7 +586,7 @@ def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Option
     state = _Launch(grace, prefix)
     handlers: Dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in _FORWARDED:
             handlers[signum] = signal.signal(signum, state.on_signal)
     try:
         state.start(command, ranks, env)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -120,9 +121,10 @@ double sim_env_seconds(const char *name, double fallback)
         return fallback;
     char *end;
     double value = strtod(text, &end);
-    if (end == text || *end != '\0' || value < 0)
+    if (end == text || *end != '\0' || !(value >= 0) || isinf(value)) /* nan fails value >= 0 */
         return fallback;
-    return value;
+    /* Longer waits are forever in practice, and their nanoseconds would overflow a deadline. */
+    return value < SIM_LONGEST_WAIT_S ? value : SIM_LONGEST_WAIT_S;
 }
 
 static sim_config_t g_config;

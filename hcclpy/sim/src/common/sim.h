@@ -60,8 +60,9 @@ SIM_EXPORT const sim_config_t *sim_config(void);
  * (ACL_ERROR_INVALID_PARAM) recorded with sim_error as "<api>: <why>" (just
  * "<why>" for a NULL api).  Every call that needs the devices checks it. */
 SIM_EXPORT int sim_config_check(const char *api);
-/* A duration in seconds from the environment (fractions allowed); `fallback`
- * when unset or unparsable. */
+/* A duration in seconds >= 0 from the environment (fractions allowed; at most
+ * SIM_LONGEST_WAIT_S); `fallback` when unset, unparsable, negative or not finite. */
+#define SIM_LONGEST_WAIT_S 1e9
 SIM_EXPORT double sim_env_seconds(const char *name, double fallback);
 /* Parses "123", "64K", "8G" ...; returns false on junk. */
 SIM_EXPORT bool sim_parse_size(const char *text, uint64_t *out);
