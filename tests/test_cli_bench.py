@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -395,7 +396,8 @@ def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
         name = signal.Signals(signum).name
         out = (tmp_path / "out").read_text()
         assert out.startswith("# hcclpy bench all_reduce: 2 ranks"), out
-        assert f"# Incomplete: stopped by {name} at all_reduce of 8 B, out of place; 0 size(s) measured" in out, out
+        # (where exactly depends on when the signal lands: setting up, or the first size)
+        assert re.search(rf"^# Incomplete: stopped by {name} at all_reduce[^;]*; 0 size\(s\) measured$", out, re.M), out
         report = json.loads((tmp_path / "r.json").read_text())
         assert report["complete"] is False and report["stopped"].startswith(f"stopped by {name}")
         assert report["rows"] == []

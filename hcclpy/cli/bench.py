@@ -41,25 +41,23 @@ Exit status: 0 when every checked result was right; 1 when one was wrong; 2 for 
 past ``--timeout``; ``128 + n`` after signal ``n`` (130 for SIGINT, 143 for SIGTERM).
 
 With ``-g N``, SIGINT and SIGTERM (SIGHUP and SIGQUIT too) are forwarded to the ``hcclpy run``
-that starts the ranks, which stops them; bench waits for it (its grace period and 5 s more at most, then kills it) and exits with
-``128 + n`` for signal ``n`` (130, 143). If bench itself is killed, the kernel kills that launcher
+that starts the ranks, which stops them; bench waits for it (its grace period and 5 s more at
+most, then kills it) and exits with ``128 + n`` for signal ``n`` (130, 143). If bench itself is killed, the kernel kills that launcher
 (Linux parent-death signal), and the launcher's ranks with it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _numbers
-from .run import _FORWARDED, DEFAULT_GRACE, EXIT_TIMEOUT, _exit_status, _parent_death_signal
+from .run import DEFAULT_GRACE, EXIT_TIMEOUT, _exit_status, _parent_death_signal, forwarded_signals
 
 __all__ = ["add_parser", "run"]
 
@@ -95,8 +93,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "130 / 143 after SIGINT / SIGTERM.")
     parser.add_argument("operation", choices=_OPERATIONS, help="what to measure")
     parser.add_argument("-b", "--minbytes", type=_numbers.byte_size, default=None, metavar="SIZE",
-                        help="smallest size (default 8, or the operation's smallest size if larger; -e at most); 0 measures "
-                        "empty calls, and a -b between 0 and the smallest size (one element; 16 bytes x ranks for "
+                        help="smallest size (default 8, or the operation's smallest size if larger; -e at most); "
+                        "0 measures empty calls, and a -b between 0 and the smallest size (one element; 16 bytes x ranks for "
                         "all_gather, reduce_scatter, all_to_all, scatter and the _v forms) is refused: sizes are "
                         "rounded down to a multiple of it, as in nccl-tests")
     parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
@@ -188,22 +186,6 @@ class _Relaunch:
         return 128 + self.signals[0] if self.signals else _exit_status(self.proc.returncode)
 
 
-@contextlib.contextmanager
-def _signal_handlers(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """Handle the signals ``hcclpy run`` forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) with ``handler``
-    inside the block, as before after it; off the main thread, where Python cannot set handlers,
-    leave them as they are."""
-    saved: Dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in _FORWARDED:
-            saved[signum] = signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, previous in saved.items():
-            signal.signal(signum, previous)
-
-
 def _launch_ranks(args: argparse.Namespace, argv: List[str]) -> int:
     """Start ``args.ranks`` ranks of this command through ``hcclpy run``, forwarding SIGINT and
     SIGTERM to it; the launcher's exit status, or ``128 + n`` after signal ``n``."""
@@ -211,7 +193,7 @@ def _launch_ranks(args: argparse.Namespace, argv: List[str]) -> int:
     # a cap on the whole job would kill a long run that is making progress (and lose its report).
     command = [sys.executable, "-m", "hcclpy", "run", "-n", str(args.ranks), "--no-prefix", "-m", "hcclpy", *argv]
     relaunch = _Relaunch()
-    with _signal_handlers(relaunch.on_signal):
+    with forwarded_signals(relaunch.on_signal):
         relaunch.start(command)
         return relaunch.wait()
 
@@ -358,8 +340,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 class _Stopped(BaseException):
-    """A signal ``hcclpy run`` forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while measuring. A BaseException, as KeyboardInterrupt is, so that no
-    ``except Exception`` on its way catches it."""
+    """A signal ``hcclpy run`` forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) while measuring. A
+    BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on its way catches it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -393,7 +375,7 @@ def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
     rows: List[m.Row] = []
     status, stopped = 0, None
     handler = _StopOnce()
-    with _signal_handlers(handler):
+    with forwarded_signals(handler):
         try:
             try:
                 comm = hcclpy.init(timeout=args.timeout)

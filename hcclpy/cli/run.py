@@ -40,14 +40,15 @@ last rank has exited the launcher stops the processes the ranks started in the s
 their output meanwhile) and goes on when none is left, at the latest a second after the SIGKILL; it
 then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
 process group outlives the job; one that leaves it (``setsid``, ``setpgid``, a daemon) is not
-reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a signal it does not forward (SIGKILL,
-say), the kernel kills the ranks (Linux parent-death signal), but the processes the ranks started
-keep running: nothing is left to stop them.
+reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a
+signal it does not forward (SIGKILL, say), the kernel kills the ranks (Linux parent-death signal),
+but the processes the ranks started keep running: nothing is left to stop them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import selectors
@@ -58,7 +59,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import _numbers
 
@@ -584,20 +585,29 @@ def launch(command: Sequence[str], ranks: Sequence[RankSpec], *, timeout: Option
     0
     """
     state = _Launch(grace, prefix)
-    handlers: Dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
-        for signum in _FORWARDED:
-            handlers[signum] = signal.signal(signum, state.on_signal)
-    try:
-        state.start(command, ranks, env)
-        state.wait(timeout)
-    finally:
+    with forwarded_signals(state.on_signal):
         try:
-            state.close()  # under our handlers: a signal now hastens the end rather than interrupting it
+            state.start(command, ranks, env)
+            state.wait(timeout)
         finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
+            state.close()  # under our handlers: a signal now hastens the end rather than interrupting it
     return state.exit_status()
+
+
+@contextlib.contextmanager
+def forwarded_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Handle the signals a launcher forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) with ``handler``
+    inside the block, as before after it; off the main thread, where Python cannot set handlers,
+    leave them as they are."""
+    saved: Dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _FORWARDED:
+            saved[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
 
 
 def _read(selector: selectors.BaseSelector, key: selectors.SelectorKey, *, drain: bool = False) -> bool:
