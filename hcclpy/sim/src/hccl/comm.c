@@ -502,8 +502,11 @@ static void name_give_back(hccl_comm_t *comm)
     pthread_mutex_unlock(&g_names_lock);
 }
 
-HcclComm hccl_comm_find_name(const char *name, int device)
+HcclComm hccl_comm_find_name(const char *name)
 {
+    int device = -1;
+    if (sim_current_device(&device) != 0)
+        device = -1; /* no current device: any rank of that name will do */
     HcclComm handle = NULL;
     pthread_mutex_lock(&g_names_lock);
     for (hccl_comm_t *c = g_named; c != NULL; c = c->next_named) {
@@ -1651,10 +1654,7 @@ HCCL_API HcclResult HcclCommGetHandleWithName(const char *commName, HcclComm *co
 {
     if (commName == NULL || comm == NULL)
         return hccl_error(HCCL_E_PTR, "HcclCommGetHandleWithName: commName and comm must not be NULL");
-    int device = -1;
-    if (sim_current_device(&device) != 0)
-        device = -1; /* no current device: any rank of that name will do */
-    HcclComm found = hccl_comm_find_name(commName, device);
+    HcclComm found = hccl_comm_find_name(commName);
     if (found == NULL)
         return hccl_error(HCCL_E_NOT_FOUND, "HcclCommGetHandleWithName: no live communicator of this process is "
                           "named '%.128s'", commName);
@@ -1668,10 +1668,7 @@ HCCL_API HcclResult HcclCommGetStatus(const char *commId, HcclCommStatus *status
 {
     if (commId == NULL || status == NULL)
         return hccl_error(HCCL_E_PTR, "HcclCommGetStatus: commId and status must not be NULL");
-    int device = -1;
-    if (sim_current_device(&device) != 0)
-        device = -1;
-    HcclComm handle = hccl_comm_find_name(commId, device);
+    HcclComm handle = hccl_comm_find_name(commId);
     if (handle == NULL)
         return hccl_error(HCCL_E_NOT_FOUND, "HcclCommGetStatus: no live communicator of this process is named "
                           "'%.128s'", commId);

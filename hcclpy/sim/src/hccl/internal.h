@@ -215,9 +215,10 @@ const char *hccl_result_name(HcclResult code);
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
 void hccl_comm_unref(hccl_comm_t *comm);
 /* The handle of a live communicator of this process named `name`, or NULL: of the ranks this
- * process drives under that name, the one on `device` if there is one (-1: the first found).
- * No reference is taken: the handle is checked again by whatever uses it. */
-HcclComm hccl_comm_find_name(const char *name, int device);
+ * process drives under that name, the one on the calling thread's current device if there is
+ * one (else the first found).  No reference is taken: the handle is checked again by whatever
+ * uses it. */
+HcclComm hccl_comm_find_name(const char *name);
 /* Marks the communicator broken on every rank (first failure wins). */
 void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...) SIM_PRINTF(3, 4);
 /* The same, recording rank `rank` as the one that broke it. */
