@@ -454,31 +454,38 @@ def test_zero_bytes_are_still_allowed_as_nccl_tests_does() -> None:
 
 # ------------------------------------------------------------------- runs that stop early
 
-# hcclpy bench whose all_reduce stalls from the second size on (the first, 8 bytes, is 2 fp32
-# elements) on rank STALL_RANK: it sleeps there, as a hung rank would, or with STALL=exit leaves
-# the job, as a lost one would.
+# hcclpy bench that stalls from the second size on (the first, 8 bytes, is 2 fp32 elements) on
+# rank STALL_RANK: in its all_reduce, or with STALL_IN=exchange in the exchange of the times that
+# follows (the first two after the memory check are the first size's). It sleeps there, as a hung
+# rank would, or with STALL=exit leaves the job, as a lost one would.
 STALLING_BENCH = """
-import os, sys, time
+import itertools, os, sys, time
 import hcclpy.bench.cases as cases
+import hcclpy.bench.measure as measure
 from hcclpy.cli import main
-real = cases.all_reduce
-def all_reduce(comm, send, recv, op, stream=None):
-    if send.size > 2 and comm.rank == int(os.environ["STALL_RANK"]):
+def stall(comm, past):
+    if past and comm.rank == int(os.environ["STALL_RANK"]):
         if os.environ["STALL"] == "exit":
             os._exit(0)
         time.sleep(3600)
-    return real(comm, send, recv, op, stream=stream)
-cases.all_reduce = all_reduce
+real_all_reduce, real_gather, exchanges = cases.all_reduce, measure.gather_values, itertools.count()
+def all_reduce(comm, send, recv, op, stream=None):
+    stall(comm, os.environ.get("STALL_IN") != "exchange" and send.size > 2)
+    return real_all_reduce(comm, send, recv, op, stream=stream)
+def gather_values(comm, values, stream, timeout):
+    stall(comm, os.environ.get("STALL_IN") == "exchange" and next(exchanges) > 2)
+    return real_gather(comm, values, stream, timeout)
+cases.all_reduce, measure.gather_values = all_reduce, gather_values
 sys.exit(main(["bench", *sys.argv[1:]]))
 """
 
 
-def _stalling_bench(tmp_path: Path, stall: str, rank: int) -> Tuple[str, Dict[str, str]]:
+def _stalling_bench(tmp_path: Path, stall: str, rank: int, where: str = "operation") -> Tuple[str, Dict[str, str]]:
     """The script of :data:`STALLING_BENCH` (bench's arguments follow it), and its environment."""
     script = tmp_path / "stalling_bench.py"
     script.write_text(STALLING_BENCH)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    env.update(STALL=stall, STALL_RANK=str(rank))
+    env.update(STALL=stall, STALL_RANK=str(rank), STALL_IN=where)
     return str(script), env
 
 
@@ -517,14 +524,16 @@ def test_rows_are_printed_as_measured_and_saved_when_interrupted(tmp_path: Path)
         assert outputs["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("stall, status, message", [
-    ("sleep", 124, "hcclpy bench: rank 0: timed out at all_reduce of 16 B, out of place (--timeout 3 s): "),
-    ("exit", 3, "hcclpy bench: rank 0: failed at all_reduce of 16 B, out of place: AclRemoteError: "),
+@pytest.mark.parametrize("stall, where, status, message", [
+    ("sleep", "operation", 124, "hcclpy bench: rank 0: timed out at all_reduce of 16 B, out of place (--timeout 3 s): "),
+    ("exit", "operation", 3, "hcclpy bench: rank 0: failed at all_reduce of 16 B, out of place: AclRemoteError: "),
+    # The exchange of the times after the calls is bounded by --timeout too, not HCCL_EXEC_TIMEOUT.
+    ("sleep", "exchange", 124, "hcclpy bench: rank 0: timed out at all_reduce of 16 B, out of place (--timeout 3 s): "),
 ])
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_a_wait_past_the_timeout_or_a_rank_gone_ends_in_one_line_and_keeps_the_rows(
-        stall: str, status: int, message: str, tmp_path: Path) -> None:
-    script, env = _stalling_bench(tmp_path, stall, 1)
+        stall: str, where: str, status: int, message: str, tmp_path: Path) -> None:
+    script, env = _stalling_bench(tmp_path, stall, 1, where)
     out = tmp_path / "r.json"
     result = subprocess.run([sys.executable, "-m", "hcclpy", "run", "-n", "2", "--no-prefix", script, "all_reduce",
                              "-b", "8", "-e", "64", "-n", "2", "-w", "0", "--timeout", "3", "--json", str(out)],

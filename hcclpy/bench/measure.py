@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import collectives, host
+from .. import collectives, runtime
 from .._units import format_bytes
 from ..types import DataType, ReduceOp
 from .cases import Case, make_case
@@ -93,12 +93,31 @@ def iterations(nbytes: int, requested: int) -> int:
     return max(20, min(1000, (256 << 20) // max(nbytes, 1)))
 
 
-def _agree(comm: Any, time_us: float, wrong: Optional[int], average: int) -> Tuple[float, Optional[int]]:
+def gather_values(comm: Any, values: np.ndarray, stream: Any, timeout: float) -> np.ndarray:
+    """Every rank's ``values`` (a small 1-D array), row ``r`` from rank ``r``. Through device arrays
+    on ``stream``, waited for at most ``timeout`` seconds: a rank that stops answering is a
+    :class:`~hcclpy.CommTimeoutError` after ``--timeout``, as for the measured calls, not after
+    ``HCCL_EXEC_TIMEOUT``."""
+    mine = runtime.from_numpy(values, device=comm.device)
+    everyone = runtime.empty(comm.size * values.size, values.dtype, device=comm.device)
+    try:
+        collectives.all_gather(comm, mine, everyone, stream=stream)
+        stream.synchronize(timeout)
+        return everyone.to_numpy().reshape(comm.size, values.size)
+    finally:
+        mine.close()
+        everyone.close()
+
+
+def _agree(comm: Any, stream: Any, timeout: float, time_us: float, wrong: Optional[int],
+           average: int) -> Tuple[float, Optional[int]]:
     """The ranks' common time (by ``average``) and total wrong elements (None when unchecked: every
     rank then skips the sum alike)."""
-    times = host.all_gather(comm, np.array([time_us]))[:, 0]
+    # float64 holds wrong-element counts exactly up to 2**53, far past any buffer's element count.
+    table = gather_values(comm, np.array([time_us, wrong or 0], dtype=np.float64), stream, timeout)
+    times = table[:, 0]
     if wrong is not None:
-        wrong = int(host.all_reduce(comm, np.array([wrong], dtype=np.int64))[0])
+        wrong = int(table[:, 1].sum())
     agreed = {0: times[0], 1: times.mean(), 2: times.min(), 3: times.max()}[average]
     return float(agreed), wrong
 
@@ -154,7 +173,7 @@ class Timer:
             launch()
         self._end.record(stream)
         self._end.synchronize(timeout)
-        time_us, wrong = _agree(self.comm, self._start.elapsed_time(self._end) * 1e3 / calls, wrong, self.average)
+        time_us, wrong = _agree(self.comm, stream, timeout, self._start.elapsed_time(self._end) * 1e3 / calls, wrong, self.average)
         algbw = case.nbytes / time_us / 1e3 if time_us > 0 else 0.0
         return Result(time_us, algbw, algbw * case.factor, wrong)
 

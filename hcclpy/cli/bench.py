@@ -28,8 +28,9 @@ files) is checked before any rank starts; the device memory the largest size nee
 ranks have started and before anything is measured.
 
 Rank 0 prints the header, then each row as soon as it is measured. ``--timeout S`` bounds each
-wait of a rank for the others (start-up, and each synchronisation of the measured calls), not the
-run: a long run that makes progress is never cut short.
+wait of a rank for the others (start-up, the memory check, each synchronisation of the measured
+calls and each exchange of their times), not the run: a long run that makes progress is never cut
+short.
 A run that stops early (a wait past ``--timeout``, a failure such as a rank gone, SIGINT or
 SIGTERM) prints one line ``hcclpy bench: ...`` on stderr saying where it stopped, and rank 0 still
 prints the footer and writes ``--json`` (``"complete": false`` and ``"stopped"`` saying why),
@@ -313,10 +314,11 @@ def _check_memory(args: argparse.Namespace, comm: Any, byte_sizes: List[int]) ->
     import numpy as np
 
     from .._units import format_bytes
+    from ..bench.measure import gather_values
 
     needed = 2 * max(byte_sizes, default=0)  # a send and a receive buffer, each at most the size
     free, total = comm.device.memory_info()
-    free = int(comm.all_reduce(np.array([free], np.int64), op="min")[0])
+    free = int(gather_values(comm, np.array([free], np.int64), comm.device.default_stream, args.timeout).min())
     if needed > free:
         if comm.rank == 0:
             args.parser.error(f"-e: the largest size, {format_bytes(max(byte_sizes))}, needs {format_bytes(needed)} of "
