@@ -53,9 +53,11 @@ def main() -> int:
 
     comm = hcclpy.init()
     r, n = comm.rank, comm.size
-    size = args.group_size or max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    size = args.group_size
+    if size is None:  # the largest divisor of n up to its square root
+        size = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
     if size < 1 or n % size:
-        print(f"--group-size {size} must divide the number of ranks {n}", file=sys.stderr)
+        print(f"--group-size {size}: use a positive divisor of the number of ranks, {n}", file=sys.stderr)
         hcclpy.shutdown()
         return 2
     groups = [list(range(first, first + size)) for first in range(0, n, size)]

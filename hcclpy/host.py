@@ -402,12 +402,24 @@ def carrier_type(dtype: Any, op: Any = None) -> Optional[DataType]:
         return None
 
 
+def _array_kind(array: Any, argument: str, written: bool = False, none: str = "") -> None:
+    """Refuse ``array`` unless it is a NumPy array of a kind hcclpy can stage (asked of objects
+    whose type is not ``numpy.ndarray`` itself; ``written``: an output; ``none``: what the message
+    adds when None is allowed too): a masked array's mask would be ignored."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{argument} must be a numpy.ndarray{none}, got {type(array).__name__}")
+    if isinstance(array, np.ma.MaskedArray):
+        fix = f"{argument}.data to write its data" if written else f"{argument}.filled(value) or {argument}.data"
+        raise TypeError(f"{argument} is a masked array: hcclpy moves data, not masks, so its masked elements would "
+                        f"be taken as values; pass {fix}")
+
+
 def _input(array: Any, argument: str, reduction: Optional[str] = None,
            op: Any = None) -> Tuple[np.ndarray, DataType, int]:
     """``array`` ready to stage, the HCCL type it travels as and how many of those make one of its
     elements (with ``reduction`` and ``op``, checked as :func:`_carried` says)."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
+    if type(array) is not np.ndarray:
+        _array_kind(array, argument)
     # Documented rule: an input that is not C-contiguous, or not in the machine's byte order, is
     # copied to one that is (0-d arrays keep their shape).
     if not array.dtype.isnative:
@@ -425,9 +437,12 @@ def _output(out: Optional[np.ndarray], shape: Tuple[int, ...], dtype: np.dtype, 
     """``out``, checked to hold the result; or a new array (of zeros when ``zeroed``)."""
     if out is None:
         return (np.zeros if zeroed else np.empty)(shape, dtype=dtype)
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"{argument} must be a numpy.ndarray or None, got {type(out).__name__}")
+    if type(out) is not np.ndarray:
+        _array_kind(out, argument, written=True, none=" or None")
     if out.dtype != dtype:
+        if out.dtype.newbyteorder("=") == dtype:
+            raise TypeError(f"{argument}.dtype is {out.dtype.str!r}, the result's dtype in the other byte order: "
+                            f"results are written in this machine's order; pass an out of dtype {dtype}")
         raise TypeError(f"{argument}.dtype is {out.dtype}, the result is {dtype}")
     if out.size != math.prod(shape):
         raise ValueError(f"{argument} has {out.size} elements, the result {math.prod(shape)} (shape {shape})")
@@ -453,8 +468,8 @@ def _unaliased(source: np.ndarray, result: Optional[np.ndarray]) -> np.ndarray:
 
 def _target(array: Any, argument: str) -> Tuple[np.ndarray, DataType, int]:
     """An array received into in place, its carrier type and how many of those make one element."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"{argument} must be a numpy.ndarray, got {type(array).__name__}")
+    if type(array) is not np.ndarray:
+        _array_kind(array, argument, written=True)
     return (_output(array, array.shape, array.dtype, argument), *_carried(array.dtype, argument))
 
 
@@ -515,9 +530,33 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
     to host memory; either may be None on ranks that lack it)."""
     staging = _locked_staging(comm)
     try:
+        if comm._size > 1 and count >= max(CHUNK_BYTES // dtype.itemsize, 1):  # a chunk or more (_same_size)
+            _same_size(comm, staging, count * dtype.itemsize)
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
     finally:
         _unlock(staging)
+
+
+def _same_size(comm: CommCore, staging: _Staging, nbytes: int) -> None:
+    """Raise ValueError on every rank unless every rank stages ``nbytes``.
+
+    Asked before a call staged in full chunks: chunks have one size on every rank, so a rank with
+    fewer of them would pair its last chunk with the next chunk of another rank, and neither HCCL
+    nor the simulator's comparison of the ranks' calls would see a difference. A rank whose array
+    is smaller than a chunk skips the exchange: its one chunk is smaller than the others' first,
+    a mismatch of counts that fails without it."""
+    mine = staging.buffer("size", 1, DataType.INT64)
+    every = staging.buffer("sizes", comm.size, DataType.INT64)
+    sizes = np.array([nbytes], dtype=np.int64)
+    _copy_pageable(staging, mine._cptr, _source(sizes), sizes.nbytes, _H2D)
+    collectives.all_gather(comm, mine, every, stream=staging.stream)
+    staging.stream.synchronize()
+    sizes = np.empty(comm.size, dtype=np.int64)
+    _copy_pageable(staging, _destination(sizes), every._cptr, sizes.nbytes, _D2H)
+    if (sizes != nbytes).any():
+        listed = ", ".join(f"rank {rank}: {int(size)}" for rank, size in enumerate(sizes))
+        raise ValueError(f"the ranks passed arrays of different sizes (bytes: {listed}); every rank must pass the "
+                         "same size")
 
 
 def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
@@ -762,14 +801,20 @@ def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, 
     """Reduce ``array`` across ranks onto ``root``: the result there, None elsewhere."""
     source, dtype, per_element = _input(array, "array", "reduce", op)
     is_root = root == comm.rank
-    result = _output(out, source.shape, source.dtype) if is_root else None
+    # out is checked on every rank that passes one, so that a call every rank makes alike is refused
+    # alike; only the root writes to it.
+    checked = _output(out, source.shape, source.dtype) if is_root or out is not None else None
+    result = checked if is_root else None
     _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size * per_element, dtype,
              lambda s, r, stream: collectives.reduce(comm, s, r, op, root, stream=stream))
     return result
 
 
 def _blocks(array: np.ndarray, size: int, operation: str) -> Tuple[int, ...]:
-    if array.ndim == 0 or array.shape[0] % size:
+    if array.ndim == 0:
+        raise ValueError(f"{operation} splits the first axis of array into {size} blocks, but array is 0-d (shape "
+                         f"()); give it a first axis whose length is a multiple of {size}")
+    if array.shape[0] % size:
         raise ValueError(f"{operation} splits the first axis of array into {size} blocks: it must be a multiple of "
                          f"{size}, got shape {array.shape}")
     return (array.shape[0] // size,) + array.shape[1:]
@@ -964,6 +1009,7 @@ def recv(comm: CommCore, array: np.ndarray, peer: int) -> np.ndarray:
 def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]) -> None:
     """Post sends and receives of NumPy arrays at once; receive arrays are written in place."""
     checked: List[Tuple[str, Any, int, DataType, int]] = []
+    receives: List[Tuple[int, int, int]] = []  # (start, end, item index) of each receive's memory
     for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in ("send", "recv"):
             raise ValueError(f"items[{index}] must be ('send' | 'recv', array, peer), got {item!r}")
@@ -974,6 +1020,18 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
         else:
             target, dtype, per_element = _target(array, f"items[{index}] array")
             checked.append((kind, _destination(target), target.size * per_element, dtype, peer))
+            start = target.__array_interface__["data"][0]
+            receives.append((start, start + target.nbytes, index))
+    # Sends are copied to the device before anything is received, so a receive may share memory
+    # with a send; two receives into the same memory would leave it holding either message.
+    reach, reaching = 0, -1  # the furthest end of the receives seen so far, and whose it is
+    for start, end, index in sorted(receive for receive in receives if receive[1] > receive[0]):
+        if start < reach:
+            first, second = sorted((reaching, index))
+            raise ValueError(f"items[{first}] and items[{second}] receive into the same memory: each receive of a "
+                             "batch needs memory of its own")
+        if end > reach:
+            reach, reaching = end, index
     _batch(comm, checked)
 
 

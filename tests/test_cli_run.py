@@ -211,11 +211,22 @@ def test_usage_errors(tmp_path):
     assert hcclpy_run("-m", "--no-python", "x").returncode == 2
     missing = hcclpy_run("-n", "1", str(tmp_path / "missing.py"))
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    bare = hcclpy_run("-n", "1", str(tmp_path))
+    assert bare.returncode == 2 and "a directory without __main__.py, which Python would run" in bare.stderr
     for option, value, message in (("-n", "two", "must be a whole number >= 1, got 'two'"),
                                    ("--master-port", "http", "must be a TCP port in 1..65535, got 'http'"),
                                    ("--timeout", "1m", "must be a positive number of seconds, got '1m'")):
         wrong = hcclpy_run(option, value, path)
         assert wrong.returncode == 2 and message in wrong.stderr, wrong.stderr
+
+
+def test_a_directory_runs_by_its_main_as_python_runs_it(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text("import os, sys; print('app', os.environ['RANK'], sys.argv[1:])\n")
+    result = hcclpy_run("-n", "2", str(app), "--flag")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[0] app 0 ['--flag']", "[1] app 1 ['--flag']"]
 
 
 def test_program_that_cannot_start_exits_127(tmp_path):

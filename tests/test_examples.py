@@ -83,6 +83,14 @@ def test_hierarchical_allreduce_with_another_group_size(sim_home):
     assert [text for output in lines.values() for text in output if "groups of 4" in text and "equals" in text]
 
 
+@pytest.mark.parametrize("group_size", ["0", "-2"])
+def test_hierarchical_allreduce_refuses_a_group_size_below_one(sim_home, group_size):
+    result = subprocess.run([sys.executable, str(EXAMPLES / "hierarchical_allreduce.py"), "--group-size", group_size],
+                            capture_output=True, text=True, env=no_launcher_env(), timeout=TIMEOUT)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--group-size {group_size}: use a positive divisor of the number of ranks, 1" in result.stderr
+
+
 def test_allreduce_without_a_launcher(sim_home):
     result = subprocess.run([sys.executable, str(EXAMPLES / "allreduce.py")], capture_output=True, text=True,
                             env=no_launcher_env(), timeout=TIMEOUT)

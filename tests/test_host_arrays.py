@@ -411,8 +411,8 @@ def _chunked(rank: int, size: int, info: bytes, count: int, dtypes: Sequence[str
             me.check(f"{tag} staging", staging.pinned == pinned, f"pinned is {staging.pinned}, expected {pinned}")
             # Element-wise, in place: two chunks taken in turn; direct mode copies the chunk done out and
             # the next one in, in opposite orders on neighbouring ranks (one reads host memory while the
-            # other writes it).
-            slots = ("send0", "send1") if pinned else ("next", "send")
+            # other writes it). Before them, the ranks exchange the arrays' sizes.
+            slots = ("send0", "send1", "size", "sizes") if pinned else ("next", "send", "size", "sizes")
             me.check(f"{tag} scratch", sorted(staging._buffers) == sorted(slots),
                      f"scratch buffers {sorted(staging._buffers)}, expected {sorted(slots)}")
             me.check(f"{tag} copy order", staging.copy_out_first == (rank % 2 == 0),
@@ -1194,7 +1194,7 @@ def _foreign_byte_order(rank: int, size: int, info: bytes) -> List[str]:
         me.eq("from_numpy", device.to_numpy(), values)
         refusals = [
             ("out=", lambda: me.comm.all_reduce(values, out=np.empty_like(swapped)),
-             r"out\.dtype is [<>]f4, the result is float32"),
+             r"^out\.dtype is '[<>]f4', the result's dtype in the other byte order: .* pass an out of dtype float32$"),
             ("recv into", lambda: me.comm.recv(np.empty_like(swapped), (rank + 1) % size), r"byte order"),
             ("copy_from", lambda: device.copy_from(swapped),
              r"src\.dtype='[<>]f4' is not in this machine's byte order"),
@@ -1327,7 +1327,7 @@ def _zero_dimensional_others(rank: int, size: int, info: bytes) -> List[str]:
         me.eq("bool all_gather 0-d", me.comm.all_gather(flag), np.arange(size) == 1)
         scalar("bool broadcast 0-d", me.comm.broadcast(flag, 1), np.array(True))
         me.refused("complex reduce_scatter 0-d", lambda: me.comm.reduce_scatter(x), ValueError,
-                   r"first axis of array .* got shape \(\)")
+                   r"first axis of array into \d+ blocks, but array is 0-d \(shape \(\)\)")
     finally:
         me.close()
     return me.problems
@@ -1427,26 +1427,109 @@ def _dtype_refusals(rank: int, size: int, info: bytes) -> List[str]:
         ("object batch", lambda: comm.batch_send_recv([("send", three, peer), ("recv", np.empty(2, object), peer)]),
          TypeError, r"^items\[1\] array\.dtype is object"),
     ]
-    recorder = _CallRecorder(comm._api)
     try:
-        comm._api = recorder
-        for name, call, kind, pattern in cases:
-            me.refused(name, call, kind, pattern)
-            me.check(name, comm._host_state is None, "the refusal came after device staging was set up")
-            me.check(name, not recorder.called, f"the refused call reached C: {recorder.called}")
-        comm._api = recorder.real
+        _refused_before_c(me, cases)
+        me.check("staging", comm._host_state is None, "a refusal came after device staging was set up")
         # Every rank refused every call: the communicator is still in step.
         me.eq("complex all_reduce after the refusals", comm.all_reduce(three),
               np.arange(3, dtype=np.complex64) * size)
     finally:
-        comm._api = recorder.real
         me.close()
     return me.problems
+
+
+def _refused_before_c(me: Rank, cases: Sequence[Tuple[str, Callable[[], Any], type, str]]) -> None:
+    """Each case ``(name, call, exception type, message pattern)`` must raise before any C call."""
+    recorder = _CallRecorder(me.comm._api)
+    try:
+        me.comm._api = recorder
+        for name, call, kind, pattern in cases:
+            me.refused(name, call, kind, pattern)
+            me.check(name, not recorder.called, f"the refused call reached C: {recorder.called}")
+    finally:
+        me.comm._api = recorder.real
 
 
 @pytest.mark.timeout(60)
 def test_dtypes_that_cannot_travel_or_reduce_are_refused_before_any_c_call() -> None:
     run(2, _dtype_refusals, timeout=50)
+
+
+def _kind_refusals(rank: int, size: int, info: bytes) -> List[str]:
+    """Calls every rank makes alike, refused alike on every rank before any C call."""
+    me = Rank(rank, size, info)
+    comm, peer = me.comm, (rank + 1) % size
+    masked = np.ma.masked_array([1.0, 2.0], mask=[False, True])
+    buf = np.zeros(4)
+    cases: List[Tuple[str, Callable[[], Any], type, str]] = [
+        ("masked input", lambda: comm.all_reduce(masked), TypeError,
+         r"^array is a masked array: hcclpy moves data, not masks, .* pass array\.filled\(value\) or array\.data$"),
+        ("masked out", lambda: comm.all_reduce(np.ones(2), out=masked), TypeError,
+         r"^out is a masked array: .* pass out\.data to write its data$"),
+        ("masked recv", lambda: comm.recv(masked, peer), TypeError, r"^array is a masked array"),
+        ("op where recv goes", lambda: comm.all_reduce(np.ones(2), "max"), TypeError,
+         r"^recv is 'max', which names a reduce op: recv comes before op; pass op='max'$"),
+        ("ReduceOp where recv goes", lambda: comm.reduce_scatter(np.ones(2 * size), hcclpy.ReduceOp.MIN), TypeError,
+         r"^recv is <ReduceOp\.MIN: 3>, which names a reduce op"),
+        ("a list where recv goes", lambda: comm.all_reduce(np.ones(2), [1]), TypeError,
+         r"^recv must be a numpy\.ndarray \(or None\) when send is one"),
+        # reduce's out is written on the root only, but checked on every rank that passes one.
+        ("reduce out of the wrong dtype", lambda: comm.reduce(np.ones(3), out=np.empty(3, np.int8), root=peer),
+         TypeError, r"^out\.dtype is int8, the result is float64$"),
+        ("two receives into one array", lambda: comm.batch_send_recv(
+            [("send", buf, peer), ("recv", buf[2:], peer), ("recv", np.ones(1), peer), ("recv", buf[:3], peer)]),
+         ValueError, r"^items\[1\] and items\[3\] receive into the same memory: each receive of a batch needs "
+                     r"memory of its own$"),
+    ]
+    try:
+        _refused_before_c(me, cases)
+        # A receive may share memory with a send: sends are staged before anything is received.
+        sent = np.full(4, float(rank))
+        comm.batch_send_recv([("send", sent, peer), ("recv", sent, (rank - 1) % size)])
+        me.eq("receive into the array sent", sent, np.full(4, float((rank - 1) % size)))
+        out = np.zeros(3)
+        result = comm.reduce(np.ones(3), out=out, root=0)
+        me.check("reduce with out on every rank", (result is out) == (rank == 0) and (rank == 0 or result is None),
+                 f"returned {type(result).__name__} on rank {rank}")
+        me.eq("a non-root's out is left alone", out, np.full(3, float(size)) if rank == 0 else np.zeros(3))
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.timeout(60)
+def test_masked_arrays_misplaced_ops_and_outs_are_refused_alike_on_every_rank() -> None:
+    run(2, _kind_refusals, timeout=50)
+
+
+def _sizes_differ(rank: int, size: int, info: bytes, chunk: int) -> List[str]:
+    hcclpy.host.CHUNK_BYTES = chunk
+    me = Rank(rank, size, info)
+    try:
+        # Whole chunks of float32 on every rank, rank 0 one more: without the exchange of sizes the
+        # others would pair their last chunk with rank 0's and return (rank 0 would then pair its
+        # last chunk with their next call).
+        step = chunk // 4
+        count = step * (3 if rank == 0 else 2)
+        sizes = ", ".join(f"rank {r}: {4 * step * (3 if r == 0 else 2)}" for r in range(size))
+        for name, call in [("all_reduce", lambda: me.comm.all_reduce(np.ones(count, np.float32))),
+                           ("broadcast", lambda: me.comm.broadcast(np.ones(count, np.float32), 0)),
+                           ("reduce", lambda: me.comm.reduce(np.ones(count, np.float32), root=1))]:
+            me.refused(name, call, ValueError,
+                       rf"^the ranks passed arrays of different sizes \(bytes: {sizes}\); every rank must pass the "
+                       r"same size$")
+        me.eq("all_reduce of one size after", me.comm.all_reduce(np.ones(2 * step, np.float32)),
+              np.full(2 * step, float(size), np.float32))
+    finally:
+        me.close()
+    return me.problems
+
+
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+def test_ranks_staging_arrays_of_different_sizes_in_chunks_all_refuse_the_call(
+        monkeypatch: pytest.MonkeyPatch, staging: str) -> None:
+    monkeypatch.setattr(hcclpy.host, "CHUNK_BYTES", 4096)
+    run(3, _sizes_differ, 4096, staging=staging)
 
 
 @pytest.mark.parametrize(("dtype", "op", "carrier"), [

@@ -141,7 +141,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.no_python:
         command = [args.target, *args.args]
     else:
-        if not os.path.isfile(args.target):
+        # What python itself runs: a file (a script or a zip archive), or a directory by its __main__.py.
+        if os.path.isdir(args.target):
+            if not os.path.isfile(os.path.join(args.target, "__main__.py")):
+                parser.error(f"{args.target}: a directory without __main__.py, which Python would run")
+        elif not os.path.isfile(args.target):
             parser.error(f"{args.target}: no such file (use -m for a module, --no-python for a program)")
         command = [sys.executable, args.target, *args.args]
     port = args.master_port if args.master_port is not None else free_port(args.master_addr)

@@ -299,6 +299,8 @@ def _host_output(given: Any, out: Any) -> Any:
     out)``, ``f(array, out, counts)``), or as ``out=``, not both. A device buffer as ``recv`` is
     refused here, naming it (the NumPy layer only knows it as the output)."""
     if given is not None and not isinstance(given, np.ndarray):
+        if isinstance(given, ReduceOp) or (isinstance(given, str) and given.lower() in _OP_CODES):  # f(array, "max")
+            raise TypeError(f"recv is {given!r}, which names a reduce op: recv comes before op; pass op={given!r}")
         raise TypeError(f"recv must be a numpy.ndarray (or None) when send is one: NumPy calls stage every array "
                         f"through the device; got {type(given).__name__}")
     if out is None:
