@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,7 @@ def test_tree_layout(sim_home: Path) -> None:
     assert (lib64 / "libascendcl.so").is_file()
     assert (lib64 / "libhccl.so").is_file()
     assert os.readlink(lib64 / "libacl_rt.so") == "libascendcl.so"
+    assert os.readlink(lib64 / "libhcomm.so") == "libhccl.so"
 
     source_headers = _build._SIM_DIR / "include"
     copied = sorted(p.relative_to(sim_home / "include") for p in (sim_home / "include").rglob("*"))
@@ -81,6 +83,67 @@ def test_tree_layout(sim_home: Path) -> None:
     assert "Shared library: [libascendcl.so]" in hccl
     assert re.search(r"\((RUNPATH|RPATH)\).*\[\$ORIGIN\]", hccl), hccl
 
+
+
+def test_the_libraries_export_the_api_and_reserved_names_only(sim_home: Path) -> None:
+    # A program that defines a function named like one of the simulator's own (sim_now_ns, say)
+    # must not take its place: those travel between the two libraries under reserved names.
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    for name in ("libascendcl.so", "libhccl.so"):
+        listing = subprocess.run(["nm", "-D", "--defined-only", str(sim_home / "lib64" / name)], capture_output=True,
+                                 text=True, timeout=60, check=True).stdout
+        symbols = [line.split()[-1] for line in listing.splitlines() if line.strip()]
+        assert symbols and not [s for s in symbols if not s.startswith(("acl", "Hccl", "__hcclpy_"))], name
+
+
+_OWN_NAMES = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <acl/acl.h>
+#include <hccl/hccl.h>
+
+/* A program's own functions that happen to carry the simulator's internal names. */
+int64_t sim_now_ns(void) { return 0; }
+int sim_error(int code, const char *fmt, ...) { (void)fmt; return code; }
+
+int main(void)
+{
+    HcclRootInfo info;
+    HcclComm comm;
+    aclrtStream stream;
+    if (aclInit(NULL) != 0 || aclrtSetDevice(0) != 0 || aclrtCreateStream(&stream) != 0 ||
+        HcclGetRootInfo(&info) != HCCL_SUCCESS || HcclCommInitRootInfo(1, &info, 0, &comm) != HCCL_SUCCESS)
+        return 2;
+    HcclResult refused = HcclAllReduce(NULL, NULL, 1, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, stream);
+    const char *message = aclGetRecentErrMsg();
+    printf("refused %d: %s\n", (int)refused, message != NULL ? message : "(null)");
+    /* Rank 0 of 2 alone: init gives up at HCCL_CONNECT_TIMEOUT (it never did with the program's clock). */
+    HcclComm pair;
+    if (HcclGetRootInfo(&info) != HCCL_SUCCESS)
+        return 2;
+    printf("alone %d\n", (int)HcclCommInitRootInfo(2, &info, 0, &pair));
+    /* CANN 9.x keeps communicator management in libhcomm.so, which programs may open by name. */
+    void *hcomm = dlopen("libhcomm.so", RTLD_NOW);
+    printf("libhcomm %s\n", hcomm != NULL && dlsym(hcomm, "HcclGroupStart") != NULL ? "has HcclGroupStart" : dlerror());
+    return HcclCommDestroy(comm) == HCCL_SUCCESS ? 0 : 3;
+}
+"""
+
+
+def test_a_program_may_define_functions_named_like_the_simulators_own(
+        compile_c: Any, sim_home: Path, tmp_path: Path) -> None:
+    source = tmp_path / "own_names.c"
+    source.write_text(_OWN_NAMES)
+    binary = compile_c(source, "own_names")
+    env = {**os.environ, "HCCL_CONNECT_TIMEOUT": "2", "LD_LIBRARY_PATH": str(sim_home / "lib64")}
+    done = subprocess.run([str(binary)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused 2: HcclAllReduce: ") and "NULL" in lines[0], lines  # HCCL_E_PTR
+    assert lines[1] == "alone 9", lines  # HCCL_E_TIMEOUT
+    assert lines[2] == "libhcomm has HcclGroupStart", lines
 
 def test_build_info(sim_home: Path) -> None:
     info = json.loads((sim_home / "BUILD_INFO.json").read_text())

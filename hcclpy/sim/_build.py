@@ -40,7 +40,7 @@ LDLIBS: tuple[str, ...] = ("-lrt", "-lm")
 
 # Bump when the steps below or the tree layout change: the hash only sees sources and flags, and
 # a tree laid out by an older hcclpy must not be mistaken for a current one.
-_LAYOUT_VERSION = 1
+_LAYOUT_VERSION = 2  # 2: lib64/libhcomm.so
 
 _MARKER = "BUILD_INFO.json"
 _LOG = "BUILD_LOG.txt"
@@ -89,8 +89,9 @@ _LIBRARIES: tuple[tuple[str, str, Callable[[Path], list[str]]], ...] = (
     ("acl", "ascendcl", lambda lib64: []),
     ("hccl", "hccl", _hccl_link_args),
 )
-# CANN 9.x renamed the runtime library; programs linked against either name must load.
-_ALIASES: dict[str, str] = {"libacl_rt.so": "libascendcl.so"}
+# CANN 9.x renamed the runtime library and moved communicator management into libhcomm.so (on
+# which libhccl.so depends); programs linked against, or opening, any of these names must load.
+_ALIASES: dict[str, str] = {"libacl_rt.so": "libascendcl.so", "libhcomm.so": "libhccl.so"}
 
 
 def build(*, force: bool = False) -> Path:
