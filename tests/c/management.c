@@ -113,6 +113,9 @@ static int registrations(T *t)
     return 0;
 }
 
+_Static_assert(HCCL_ACCELERATOR == 1 && HCCL_CONFIG_RESERVED == 2,
+               "HcclConfig without OPEN_BUILD_PROJECT: HCCL_ACCELERATOR 1, HCCL_CONFIG_RESERVED 2");
+
 static int configuration(T *t)
 {
     h_ctx *ctx = t->ctx;
@@ -138,6 +141,22 @@ static int configuration(T *t)
         H_HCCL(ctx, HcclGetCommConfig(t->comm, HCCL_DETERMINISTIC, &got));
         H_EXPECT(ctx, got.value == global.value, "deterministic of a comm without config: %d, process-wide %d",
                  (int)got.value, (int)global.value);
+        /* HCCL_ACCELERATOR (headers without OPEN_BUILD_PROJECT): 0 to 5, recorded per communicator. */
+        H_HCCL(ctx, HcclGetConfig(HCCL_ACCELERATOR, &global));
+        H_HCCL(ctx, HcclGetCommConfig(t->cfg, HCCL_ACCELERATOR, &got));
+        H_EXPECT(ctx, got.value == global.value, "accelerator of a comm that set none: %d, process-wide %d",
+                 (int)got.value, (int)global.value);
+        value.value = 2; /* AIV */
+        H_HCCL(ctx, HcclSetCommConfig(t->cfg, HCCL_ACCELERATOR, value));
+        H_HCCL(ctx, HcclGetCommConfig(t->cfg, HCCL_ACCELERATOR, &got));
+        H_EXPECT(ctx, got.value == 2, "accelerator after HcclSetCommConfig: got %d, expected 2", (int)got.value);
+        H_HCCL(ctx, HcclGetCommConfig(t->cfg, HCCL_DETERMINISTIC, &got));
+        H_EXPECT(ctx, got.value == 2, "deterministic after setting the accelerator: got %d, expected 2",
+                 (int)got.value);
+        value.value = 6;
+        H_EXPECT_HCCL(ctx, HcclSetCommConfig(t->cfg, HCCL_ACCELERATOR, value), HCCL_E_PARA);
+        H_EXPECT_HCCL(ctx, HcclSetConfig(HCCL_ACCELERATOR, value), HCCL_E_PARA);
+        H_EXPECT_HCCL(ctx, HcclSetConfig(HCCL_CONFIG_RESERVED, value), HCCL_E_PARA);
     }
     if (h_case(ctx, "HcclConfigGetInfo")) {
         HcclConfigTypeOpExpansionMode mode = HCCL_OP_EXPANSION_MODE_INVALID;

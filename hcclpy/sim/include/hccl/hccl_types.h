@@ -127,6 +127,9 @@ typedef enum {
 /* Selector for the process-wide HcclSetConfig / HcclGetConfig. */
 typedef enum {
     HCCL_DETERMINISTIC = 0, /* 0 off, 1 deterministic, 2 strict */
+#ifndef OPEN_BUILD_PROJECT
+    HCCL_ACCELERATOR,       /* 0 default, 1 CCU, 2 AIV, 3 AICPU_TS, 4 HOSTCPU_TS, 5 AICPU */
+#endif
     HCCL_CONFIG_RESERVED    /* end marker */
 } HcclConfig;
 

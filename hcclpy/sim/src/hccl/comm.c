@@ -927,7 +927,9 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
     }
     double exec_s = exec_timeout_from_env();
     comm->exec_timeout_ns = parsed.exec_timeout_ns >= 0 ? parsed.exec_timeout_ns : (int64_t)(exec_s * 1e9);
-    atomic_store(&comm->deterministic, parsed.deterministic);
+    for (int item = 0; item < HCCL_CONFIG_RESERVED; item++)
+        atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed.deterministic
+                                                                     : HCCL_COMM_CONFIG_NOT_SET);
     comm->op_expansion = parsed.op_expansion;
 
     slot_head_t *slot = comm_slot(comm, rank);
@@ -1583,45 +1585,57 @@ HCCL_API uint32_t HcclGetCommConfigCapability(void)
     return HCCL_COMM_CONFIG_RESERVED;
 }
 
-static _Atomic int32_t g_deterministic;
+/* HcclSetConfig's items: their names and largest values. Neither changes what the simulator
+ * computes: it always reduces in rank order, on the host's cores. */
+static const struct {
+    const char *name;
+    int32_t max;
+} g_items[HCCL_CONFIG_RESERVED] = {
+    [HCCL_DETERMINISTIC] = {"HCCL_DETERMINISTIC", 2},
+    [HCCL_ACCELERATOR] = {"HCCL_ACCELERATOR", 5},
+};
+static _Atomic int32_t g_config[HCCL_CONFIG_RESERVED]; /* the process-wide values */
+
+/* HCCL_SUCCESS if `config` is an item (and `value`, unless NULL, one of its values). */
+static int check_item(const char *api, HcclConfig config, const HcclConfigValue *value)
+{
+    if ((unsigned)config >= HCCL_CONFIG_RESERVED)
+        return hccl_error(HCCL_E_PARA, "%s: unknown configuration item %d", api, (int)config);
+    if (value != NULL && (value->value < 0 || value->value > g_items[config].max))
+        return hccl_error(HCCL_E_PARA, "%s: %s takes 0 to %d, got %d", api, g_items[config].name,
+                          (int)g_items[config].max, (int)value->value);
+    return HCCL_SUCCESS;
+}
 
 HCCL_API HcclResult HcclSetConfig(HcclConfig config, HcclConfigValue configValue)
 {
-    if (config != HCCL_DETERMINISTIC)
-        return hccl_error(HCCL_E_PARA, "HcclSetConfig: unknown configuration item %d", (int)config);
-    if (configValue.value < 0 || configValue.value > 2)
-        return hccl_error(HCCL_E_PARA, "HcclSetConfig: HCCL_DETERMINISTIC takes 0, 1 or 2, got %d",
-                          (int)configValue.value);
-    /* The simulator always reduces in rank order: it is deterministic either way. */
-    atomic_store(&g_deterministic, configValue.value);
-    return HCCL_SUCCESS;
+    int err = check_item("HcclSetConfig", config, &configValue);
+    if (err == HCCL_SUCCESS)
+        atomic_store(&g_config[config], configValue.value);
+    return err;
 }
 
 HCCL_API HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValue)
 {
     if (configValue == NULL)
         return hccl_error(HCCL_E_PTR, "HcclGetConfig: configValue is NULL");
-    if (config != HCCL_DETERMINISTIC)
-        return hccl_error(HCCL_E_PARA, "HcclGetConfig: unknown configuration item %d", (int)config);
-    configValue->value = atomic_load(&g_deterministic);
-    return HCCL_SUCCESS;
+    int err = check_item("HcclGetConfig", config, NULL);
+    if (err == HCCL_SUCCESS)
+        configValue->value = atomic_load(&g_config[config]);
+    return err;
 }
 
-/* Per-communicator HCCL_DETERMINISTIC: a value set here (or by the communicator's config) wins over
- * the process-wide HcclSetConfig one; like that one, it changes nothing the simulator computes. */
+/* Per-communicator items: a value set here (HCCL_DETERMINISTIC also by the communicator's
+ * config) wins over the process-wide HcclSetConfig one. */
 HCCL_API HcclResult HcclSetCommConfig(HcclComm handle, HcclConfig config, HcclConfigValue configValue)
 {
     int err = HCCL_SUCCESS;
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclSetCommConfig", &err);
     if (comm == NULL)
         return err;
-    if (config != HCCL_DETERMINISTIC)
-        err = hccl_error(HCCL_E_PARA, "HcclSetCommConfig: unknown configuration item %d", (int)config);
-    else if (configValue.value < 0 || configValue.value > 2)
-        err = hccl_error(HCCL_E_PARA, "HcclSetCommConfig: HCCL_DETERMINISTIC takes 0, 1 or 2, got %d",
-                         (int)configValue.value);
-    else
-        atomic_store(&comm->deterministic, (uint32_t)configValue.value);
+    err = check_item("HcclSetCommConfig", config, &configValue);
+    if (err == HCCL_SUCCESS)
+        atomic_store(&comm->config[config], (uint32_t)configValue.value);
     hccl_comm_unref(comm);
     return err;
 }
@@ -1632,14 +1646,13 @@ HCCL_API HcclResult HcclGetCommConfig(HcclComm handle, HcclConfig config, HcclCo
     hccl_comm_t *comm = hccl_comm_lookup(handle, "HcclGetCommConfig", &err);
     if (comm == NULL)
         return err;
-    if (configValue == NULL) {
+    if (configValue == NULL)
         err = hccl_error(HCCL_E_PTR, "HcclGetCommConfig: configValue is NULL");
-    } else if (config != HCCL_DETERMINISTIC) {
-        err = hccl_error(HCCL_E_PARA, "HcclGetCommConfig: unknown configuration item %d", (int)config);
-    } else {
-        uint32_t own = atomic_load(&comm->deterministic);
-        configValue->value = own == HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET ? atomic_load(&g_deterministic)
-                                                                           : (int32_t)own;
+    else
+        err = check_item("HcclGetCommConfig", config, NULL);
+    if (err == HCCL_SUCCESS) {
+        uint32_t own = atomic_load(&comm->config[config]);
+        configValue->value = own == HCCL_COMM_CONFIG_NOT_SET ? atomic_load(&g_config[config]) : (int32_t)own;
     }
     hccl_comm_unref(comm);
     return err;

@@ -140,6 +140,9 @@ typedef struct {
 
 /* ---------------------------------------------------------- communicator */
 
+/* An HcclSetConfig item a communicator has no value of its own for. */
+#define HCCL_COMM_CONFIG_NOT_SET HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET
+
 /* Communicator objects are recycled, never given back to malloc (comm.c): a thread that looked
  * one up through a stale handle may still touch `refs`, which therefore stays first and is
  * never cleared by a reuse, only moved from 0 to 1 by it. */
@@ -172,9 +175,9 @@ typedef struct hccl_comm {
     _Atomic int pending;
 
     int64_t exec_timeout_ns;        /* 0 = no limit */
-    /* HCCL_DETERMINISTIC of this communicator (its config, or HcclSetCommConfig);
-     * HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET: the process-wide HcclSetConfig value. */
-    _Atomic uint32_t deterministic;
+    /* The HcclSetConfig items of this communicator (HcclSetCommConfig; HCCL_DETERMINISTIC also
+     * its config); HCCL_COMM_CONFIG_NOT_SET: the process-wide HcclSetConfig value. */
+    _Atomic uint32_t config[HCCL_CONFIG_RESERVED];
     uint32_t op_expansion;          /* hcclOpExpansionMode of its config (0: default) */
     bool oversubscribed;            /* more local ranks than cores: do not spin long */
     _Atomic bool suspended;
