@@ -173,7 +173,8 @@ class Timer:
             launch()
         self._end.record(stream)
         self._end.synchronize(timeout)
-        time_us, wrong = _agree(self.comm, stream, timeout, self._start.elapsed_time(self._end) * 1e3 / calls, wrong, self.average)
+        per_call_us = self._start.elapsed_time(self._end) * 1e3 / calls
+        time_us, wrong = _agree(self.comm, stream, timeout, per_call_us, wrong, self.average)
         algbw = case.nbytes / time_us / 1e3 if time_us > 0 else 0.0
         return Result(time_us, algbw, algbw * case.factor, wrong)
 
