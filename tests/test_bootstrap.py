@@ -429,7 +429,7 @@ IGNORED_CONNECT_TIMEOUTS = ["-1", "abc", "10s", "5 ", "1_0", "0x", "1e", "\u0663
 
 def test_connect_timeout_is_read_as_the_simulator_reads_it(monkeypatch: pytest.MonkeyPatch, sim_home: Path) -> None:
     # Rank 0's rendezvous stops waiting when HCCL would: HCCL_CONNECT_TIMEOUT=-1 used to give it 1 s.
-    reader = ctypes.CDLL(str(sim_home / "lib64" / "libascendcl.so")).sim_env_seconds
+    reader = getattr(ctypes.CDLL(str(sim_home / "lib64" / "libascendcl.so")), "__hcclpy_sim_env_seconds")
     reader.restype, reader.argtypes = ctypes.c_double, [ctypes.c_char_p, ctypes.c_double]
     for text in VALID_CONNECT_TIMEOUTS + IGNORED_CONNECT_TIMEOUTS:
         monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", text)
