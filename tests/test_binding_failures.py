@@ -3,6 +3,7 @@ error (not a hang), the communicator reports it, and can still be destroyed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -72,3 +73,48 @@ def test_survivor_gets_remote_error_and_can_destroy(how: str) -> None:
     assert survivor["destroyed"]
     # Died-peer detection, not the 5 s HCCL_EXEC_TIMEOUT (generous bound for a loaded CI box).
     assert survivor["seconds"] < 30
+
+
+def _event_after_a_failure(rank: int, size: int, info: bytes) -> Dict[str, Any]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = hcclpy.Device(rank).create_stream()
+    x = hcclpy.from_numpy(np.ones(4, np.float32), device=rank)
+    event = hcclpy.Device(rank).create_event()
+    try:
+        comm.all_reduce(x, stream=stream)  # completes: the event's record must not count it as failed
+        stream.synchronize()
+        if rank == 0:  # a desync: the stream fails on it, before it reaches the record
+            comm.all_reduce(x, stream=stream)
+        else:
+            comm.broadcast(x, 0, stream=stream)
+        event.record(stream)
+        result: Dict[str, Any] = {}
+        for name, call in (("synchronize", event.synchronize), ("query", event.query)):
+            try:
+                call()
+                result[name] = None
+            except hcclpy.AclError as exc:
+                result[name] = str(exc)
+        health = comm.health()
+        result["health"] = (health["last_completed"], health["first_pending"])
+        return result
+    finally:
+        comm.destroy()
+        event.close()
+        with contextlib.suppress(hcclpy.AclError):  # a failed stream reports its failure on closing too
+            stream.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_event_recorded_after_failed_work_reports_the_failure() -> None:
+    # The stream fails on the desync; the record after it is reached but never runs that work, so
+    # waiting for the event, or asking it, raises the stream's failure as synchronising the stream does.
+    for rank, result in enumerate(ranks.run_threads(_event_after_a_failure, 2, timeout=50)):
+        for name, api in (("synchronize", "aclrtSynchronizeEvent"), ("query", "aclrtQueryEventStatus")):
+            message = result[name]
+            assert message is not None, f"rank {rank}: Event.{name}() reported success after the failure"
+            assert message.startswith(f"{api} failed: ACL_ERROR_RT_AICPU_EXCEPTION (507018): {api}: the stream "
+                                      "that recorded the event failed before reaching it: "), message
+            assert "collective mismatch" in message, message
+        # The flight recorder keeps operation #1 done and #2 failed, not completed.
+        assert result["health"] == (1, 2), (rank, result["health"])

@@ -11,7 +11,9 @@ same stream, which CPU tensors cannot imitate.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import time
 from typing import Any, Dict, List
 
 import pytest
@@ -33,14 +35,21 @@ def _device_tensor(keep: List[Any], device: hcclpy.Device, values: torch.Tensor)
     return tensor.view(values.shape)
 
 
-def _device_path(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+def _as_npu(rank: int, size: int, directory: str) -> Any:
+    """Initialise the backend with CPU tensors taken for NPU tensors, on an hcclpy stream that
+    stands for the current NPU stream; that stream."""
     from hcclpy.torch import _process_group
 
     tr.init(rank, size, directory)
-    comm = hcclpy.torch.communicator()
-    stream = comm.device.create_stream()
+    stream = hcclpy.torch.communicator().device.create_stream()
     _process_group._device_type = lambda tensor: "npu"
     _process_group.npu_stream = lambda comm: stream
+    return stream
+
+
+def _device_path(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    stream = _as_npu(rank, size, directory)
+    comm = hcclpy.torch.communicator()
     keep: List[Any] = []
     try:
         def on_device(values: torch.Tensor) -> torch.Tensor:
@@ -92,3 +101,38 @@ def test_npu_tensor_path_on_simulated_device_memory(tmp_path: Any) -> None:
         assert res["reduce_scatter"] == [float(size * (2 * rank)), float(size * (2 * rank + 1))]
         assert res["all_to_all"] == [float(rank + 10 * src) for src in range(size)]
         assert res["ring"] == [float((rank - 1) % size)] * 2
+
+
+def _failed_on_the_stream(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    stream = _as_npu(rank, size, directory)
+    memory = hcclpy.empty(4, "float32", device=hcclpy.torch.communicator().device)
+    try:
+        x = torch.frombuffer((ctypes.c_float * 4).from_address(memory.ptr), dtype=torch.float32)
+        x.fill_(1.0)
+        # A desync: the stream fails before it reaches the Work's event.
+        work = dist.all_reduce(x, async_op=True) if rank == 0 else dist.broadcast(x, src=0, async_op=True)
+        deadline = time.monotonic() + 30
+        while not work.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out: Dict[str, Any] = {"completed": work.is_completed(), "success": work.is_success()}
+        try:
+            work.wait()
+            out["wait"] = None
+        except Exception as exc:  # noqa: BLE001 - what the test inspects
+            out["wait"] = f"{type(exc).__name__}: {exc}"
+        return out
+    finally:
+        try:
+            dist.destroy_process_group()
+        finally:
+            memory.close()
+            with contextlib.suppress(hcclpy.AclError):  # a failed stream reports its failure on closing too
+                stream.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_work_whose_stream_failed_completes_with_the_failure(tmp_path: Any) -> None:
+    for rank, res in enumerate(ranks.run_processes(_failed_on_the_stream, 2, str(tmp_path), timeout=90)):
+        assert res["completed"] and not res["success"], (rank, res)
+        assert res["wait"] is not None and "the stream that recorded the event failed before reaching it" in \
+            res["wait"] and "collective mismatch" in res["wait"], (rank, res["wait"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _ffi, _trace
+from ..errors import AclErrorCode
 from ._device import Device
 from ._lifetime import attach, close_now
 from . import _stream
@@ -100,11 +101,26 @@ class Event:
         if self._recorded is not None:
             _trace.completed(*self._recorded)
 
+    def _failure(self, rc: int, name: str) -> Exception:
+        """The exception for a wait or query that returned ``rc``. Anything but the wait's own
+        timeout means the recording stream failed before the record: the work queued on it
+        before the record did not all run."""
+        if rc != AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT and self._recorded is not None:
+            _trace.failed(*self._recorded)
+        return _ffi.acl_failure(rc, name)
+
     def query(self) -> bool:
         """True if the work before the event's last record has finished; False otherwise, and for
-        an event never recorded (as AscendCL answers NOT_READY for it)."""
+        an event never recorded (as AscendCL answers NOT_READY for it).
+
+        Raises
+        ------
+        AclError
+            If the stream that recorded the event failed before reaching the record."""
         status = _ffi.new("aclrtEventRecordedStatus *")
-        _ffi.check_acl(_ffi.api().aclrtQueryEventStatus(self._cdata(), status), "aclrtQueryEventStatus")
+        rc = _ffi.api().aclrtQueryEventStatus(self._cdata(), status)
+        if rc:
+            raise self._failure(rc, "aclrtQueryEventStatus")
         done = int(status[0]) == 1  # ACL_EVENT_RECORDED_STATUS_COMPLETE
         if done:
             self._seen_complete()
@@ -117,6 +133,9 @@ class Event:
         ------
         CommTimeoutError
             If ``timeout`` passed first.
+        AclError
+            If the stream that recorded the event failed before reaching the record (the work
+            queued on it before the record did not all run).
         """
         ms = _timeout_ms(timeout)
         bound = _ffi.api()
@@ -125,7 +144,7 @@ class Event:
         else:
             rc, name = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), ms), "aclrtSynchronizeEventWithTimeout"
         if rc:
-            raise _ffi.acl_failure(rc, name)
+            raise self._failure(rc, name)
         self._seen_complete()
 
     def elapsed_time(self, end: "Event") -> float:

@@ -131,8 +131,14 @@ class EventWork(Work):
         return super().wait(timeout)
 
     def is_completed(self) -> bool:
-        if not self._done.is_set() and self._event.query():
-            self._settle_from_event(self._timeout)
+        if not self._done.is_set():
+            try:
+                reached = self._event.query()
+            except BaseException as exc:  # the stream failed before the event: done, with that failure
+                self.finish(exc)
+            else:
+                if reached:
+                    self.finish()
         return self._done.is_set()
 
     def get_future(self) -> Future:

@@ -1,6 +1,7 @@
 /* Events: markers recorded on a stream.  An event completes when the stream
  * reaches it; other streams and host threads can wait for it, and two
  * completed events give the time between them. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "acl/acl.h"
@@ -21,6 +22,11 @@ struct sim_event {
     sim_stream_t *stream;      /* stream and task index of the newest record */
     uint64_t index;
     int64_t timestamp_ns;
+    /* The newest record that a failed stream reached without running it (0: none), and that
+     * stream's error: waits and queries that find it the newest record completed report it. */
+    uint64_t failed;
+    int failed_error;
+    char failed_why[512];
 };
 
 static void event_unref(sim_event_t *event)
@@ -216,10 +222,33 @@ static int run_record(sim_task_t *task, int64_t deadline_ns)
     return SIM_TASK_DONE;
 }
 
-/* A failed stream still reaches its events, so nobody waits for them forever. */
-static void cancel_record(sim_task_t *task)
+/* A failed stream still reaches its events, so nobody waits for them forever; but it never ran
+ * the work before them, which those who wait are told. */
+static void cancel_record(sim_task_t *task, int error, const char *why)
 {
+    event_task_t *record = (event_task_t *)task;
+    sim_event_t *event = record->event;
     run_record(task, SIM_NO_DEADLINE);
+    pthread_mutex_lock(&event->lock);
+    if (!record->reset && record->number > event->failed) {
+        event->failed = record->number;
+        event->failed_error = error;
+        snprintf(event->failed_why, sizeof event->failed_why, "%s", why);
+    }
+    pthread_mutex_unlock(&event->lock);
+}
+
+/* ACL_SUCCESS, or the error of the stream that reached the newest completed record of `event`
+ * without running what was queued before it (`api` names the call, for the message). */
+static int failure(sim_event_t *event, const char *api)
+{
+    pthread_mutex_lock(&event->lock);
+    int error = event->failed != 0 && event->failed == atomic_load(&event->completed) ? event->failed_error : 0;
+    if (error != 0)
+        sim_error(error, "%s: the stream that recorded the event failed before reaching it: %s", api,
+                  event->failed_why);
+    pthread_mutex_unlock(&event->lock);
+    return error;
 }
 
 static void release_event_task(sim_task_t *task)
@@ -398,6 +427,8 @@ static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *a
     target_t target = snapshot(event);
     int64_t deadline = timeout_ms < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS;
     int rc = wait_for(event, &target, deadline);
+    if (rc == ACL_SUCCESS)
+        rc = failure(event, api);
     if (target.stream != NULL)
         sim_stream_unref(target.stream);
     event_unref(event);
@@ -438,9 +469,11 @@ SIM_EXPORT aclError aclrtQueryEventStatus(aclrtEvent handle, aclrtEventRecordedS
     sim_event_t *event = lookup(handle, "aclrtQueryEventStatus", &err);
     if (event == NULL)
         return err;
-    *status = is_complete(event) ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    bool complete = is_complete(event);
+    *status = complete ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    err = complete ? failure(event, "aclrtQueryEventStatus") : ACL_SUCCESS;
     event_unref(event);
-    return ACL_SUCCESS;
+    return err;
 }
 
 SIM_EXPORT aclError aclrtQueryEvent(aclrtEvent handle, aclrtEventStatus *status)
@@ -451,9 +484,11 @@ SIM_EXPORT aclError aclrtQueryEvent(aclrtEvent handle, aclrtEventStatus *status)
     sim_event_t *event = lookup(handle, "aclrtQueryEvent", &err);
     if (event == NULL)
         return err;
-    *status = is_complete(event) ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    bool complete = is_complete(event);
+    *status = complete ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    err = complete ? failure(event, "aclrtQueryEvent") : ACL_SUCCESS;
     event_unref(event);
-    return ACL_SUCCESS;
+    return err;
 }
 
 static aclError elapsed(float *ms, sim_event_t *start, sim_event_t *end);

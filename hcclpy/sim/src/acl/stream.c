@@ -77,7 +77,7 @@ void sim_stream_unref(sim_stream_t *stream)
     while (task != NULL) {
         sim_task_t *next = task->next;
         if (task->cancel != NULL)
-            task->cancel(task);
+            task->cancel(task, ACL_ERROR_RT_STREAM_ABORT, "its stream was destroyed before reaching it");
         if (task->release != NULL)
             task->release(task);
         task = next;
@@ -188,8 +188,13 @@ static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, boo
         if (task == NULL)
             break;
         if (atomic_load(&stream->error) != 0) {
-            if (task->cancel != NULL)
-                task->cancel(task);
+            if (task->cancel != NULL) {
+                char why[sizeof stream->error_text];
+                pthread_mutex_lock(&stream->lock); /* record_failure writes the text under it */
+                memcpy(why, stream->error_text, sizeof why);
+                pthread_mutex_unlock(&stream->lock);
+                task->cancel(task, atomic_load(&stream->error), why);
+            }
         } else {
             int rc = task->run(task, deadline_ns);
             if (rc == SIM_TASK_AGAIN)

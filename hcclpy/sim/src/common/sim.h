@@ -170,8 +170,8 @@ struct sim_task {
     sim_task_t *next;
     int (*run)(sim_task_t *task, int64_t caller_deadline_ns);
     void (*release)(sim_task_t *task);
-    /* Called instead of run() when the stream has already failed. */
-    void (*cancel)(sim_task_t *task);
+    /* Called instead of run() when the stream has already failed with `error` (`why` says how). */
+    void (*cancel)(sim_task_t *task, int error, const char *why);
     const char *name;
     int64_t enqueued_ns; /* set by sim_stream_enqueue */
 };

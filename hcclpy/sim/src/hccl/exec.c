@@ -855,11 +855,12 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
 
 /* The stream failed before this operation ran: the peers would wait for it
  * forever, so the communicator is marked broken for them. */
-void hccl_op_cancel(sim_task_t *task)
+void hccl_op_cancel(sim_task_t *task, int error, const char *why)
 {
     op_task_t *op = (op_task_t *)task;
     hccl_comm_t *comm = op->comm;
-    hccl_error(HCCL_E_REMOTE, "rank %u skipped %s because its stream had already failed", comm->rank,
-               op_label(op).text);
+    (void)error;
+    hccl_error(HCCL_E_REMOTE, "rank %u skipped %s because its stream had already failed (%s)", comm->rank,
+               op_label(op).text, why);
     fail(op, HCCL_E_REMOTE);
 }

@@ -331,7 +331,7 @@ bool hccl_cmd_is_collective(uint32_t type);
  * exchange it through their slots (see exec.c): its first steps are worth
  * running at once. */
 bool hccl_op_is_eager(const op_task_t *op);
-void hccl_op_cancel(sim_task_t *task);
+void hccl_op_cancel(sim_task_t *task, int error, const char *why);
 
 /* Several communicator initialisations run at once, one thread each. */
 typedef struct {
