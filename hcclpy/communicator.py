@@ -444,7 +444,8 @@ class Communicator(CommCore):
         collective is released with an exception; later calls are refused; the other ranks' pending
         operations fail with a remote error naming this rank. :meth:`async_error` reports what
         failed. Call :meth:`destroy` afterwards to free the communicator: it gives the stopped
-        operations a few seconds to be released.
+        operations a few seconds to be released. On a communicator already destroyed it does
+        nothing: a watchdog that fires after a normal end has nothing to stop.
 
         Raises
         ------
@@ -455,7 +456,9 @@ class Communicator(CommCore):
         --------
         >>> threading.Timer(5.0, comm.abort).start()   # a watchdog for a stuck collective
         """
-        handle = self._live_handle()
+        handle = self._handle
+        if handle is None:
+            return
         bound = _ffi.api()
         if not bound.present["HcclCommSuspend"]:
             raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")

@@ -735,6 +735,22 @@ def test_async_error_reports_an_idle_abort() -> None:
     comm.destroy(timeout=10)
 
 
+def test_a_watchdog_abort_after_destroy_does_nothing() -> None:
+    # threading.Timer(5.0, comm.abort), the docstring's watchdog, fires after a job that ended well
+    # and destroyed its communicator: there is nothing to stop, and nothing to raise in its thread.
+    comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+    comm.destroy()
+    watchdog = threading.Timer(0.0, comm.abort)
+    errors: List[Any] = []
+    previous, threading.excepthook = threading.excepthook, lambda args: errors.append(args.exc_value)
+    try:
+        watchdog.start()
+        watchdog.join(10)
+    finally:
+        threading.excepthook = previous
+    assert not errors and comm.destroyed
+
+
 def _split_by_generator(rank: int, size: int, info: bytes) -> Optional[int]:
     with hcclpy.Communicator(size, info, rank, device=rank) as comm:
         sub = comm.split(r for r in [0, 1])

@@ -170,6 +170,33 @@ def _record(rank: int, seq: int, op: str, count: int = 8, **extra: Any) -> Dict[
             "state": "completed", **extra}
 
 
+def _write_dump(directory: Any, pid: int, dumped_ns: int, records: List[Dict[str, Any]]) -> None:
+    for item in records:
+        item.update(stream=1, queued_ns=item["seq"], completed_by_ns=None)
+    data = {"host": "h", "pid": pid, "rank": records[0]["rank"], "dumped_ns": dumped_ns, "records": records}
+    (directory / f"trace-{pid}-{dumped_ns}.json").write_text(json.dumps(data))
+
+
+def test_merge_takes_each_process_s_newest_dump_and_warns_of_dumps_of_several_jobs(tmp_path: Any) -> None:
+    def merge() -> str:
+        done = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(tmp_path)], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # One process dumped twice: its newer dump has #1 completed, which the older had pending.
+    _write_dump(tmp_path, 10, 1, [_record(0, 1, "all_reduce", state="pending")])
+    _write_dump(tmp_path, 10, 2, [_record(0, 1, "all_reduce")])
+    _write_dump(tmp_path, 11, 2, [_record(1, 1, "all_reduce")])
+    out = merge()
+    assert "rank 0: last completed #1 all_reduce" in out and "pending #1" not in out and "warning" not in out, out
+    # A later job's rank 0 dumped into the same directory.
+    _write_dump(tmp_path, 20, 3, [_record(0, 1, "broadcast", state="pending")])
+    out = merge()
+    assert "  warning: the records of rank(s) 0 come from more than one process: the directory holds dumps of " \
+           "several jobs" in out, out
+
+
 def test_report_names_the_first_operation_the_ranks_disagree_on() -> None:
     agreed = [(1, "all_reduce", {"op_kind": "sum"}), (2, "all_gather_v", {}), (3, "send", {"peer": 1})]
     rank0 = [_record(0, seq, op, **extra) for seq, op, extra in agreed]

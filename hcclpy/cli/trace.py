@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 __all__ = ["add_parser", "report", "run"]
 
@@ -83,7 +83,13 @@ def _load(directory: Path) -> List[Dict[str, Any]]:
             continue
         if isinstance(data, dict) and isinstance(data.get("records"), list):
             dumps.append(_checked(path, data))
-    return dumps
+    # A process that dumped more than once: its newest dump holds the latest state of its records.
+    newest: Dict[Tuple[Any, Any], Dict[str, Any]] = {}
+    for data in dumps:
+        known = newest.get((data["host"], data["pid"]))
+        if known is None or data["dumped_ns"] > known["dumped_ns"]:
+            newest[(data["host"], data["pid"])] = data
+    return list(newest.values())
 
 
 _POINT_TO_POINT = {"send", "recv", "batch_send_recv"}  # one rank's send is its peer's recv
@@ -130,6 +136,16 @@ def _by_communicator(dumps: List[Dict[str, Any]]) -> Dict[Tuple[str, int], Dict[
     return by_comm
 
 
+def _processes(dumps: List[Dict[str, Any]]) -> Dict[Tuple[str, int], Dict[int, Set[Tuple[Any, Any]]]]:
+    """The processes (host, pid) whose dumps hold records of each communicator's ranks."""
+    found: Dict[Tuple[str, int], Dict[int, Set[Tuple[Any, Any]]]] = {}
+    for data in dumps:
+        for item in data["records"]:
+            key = (item["comm"], item.get("instance") or 1)
+            found.setdefault(key, {}).setdefault(item["rank"], set()).add((data.get("host"), data.get("pid")))
+    return found
+
+
 def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
     """Where ``rank`` stands: its last completed and its first pending operation."""
     from ..trace import label
@@ -144,10 +160,16 @@ def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
 def report(dumps: List[Dict[str, Any]]) -> List[str]:
     """The lines that say, per communicator, where each rank stands and who is behind."""
     lines = []
+    processes = _processes(dumps)
     for (comm, instance), ranks in sorted(_by_communicator(dumps).items()):
         size = max(item["size"] for items in ranks.values() for item in items)
         which = f" (instance {instance})" if instance != 1 else ""
         lines.append(f"communicator '{comm}'{which}: dumps from {len(ranks)} of {size} ranks")
+        mixed = sorted(rank for rank, found in processes[(comm, instance)].items() if len(found) > 1)
+        if mixed:
+            lines.append(f"  warning: the records of rank(s) {', '.join(map(str, mixed))} come from more than one "
+                         "process: the directory holds dumps of several jobs, which this merge mixes up; give each "
+                         "job a directory of its own (HCCLPY_TRACE_DIR)")
         issued: Dict[int, int] = {}
         for rank, items in sorted(ranks.items()):
             issued[rank] = max((item["seq"] for item in items if _collective(item)), default=0)
