@@ -35,7 +35,6 @@ a writable, C-contiguous array of the result's dtype and size.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
@@ -101,6 +100,9 @@ class _Staging:
         self.lock = threading.RLock()
         self.closed = False
         self.close_pending = False  # release() asked while a call held it: that call closes it when it ends
+        # A call ended by an exception (Ctrl-C in a wait, say) may have left work queued on the
+        # stream that still reads or writes the scratch: the next call waits for it first.
+        self.unsettled = False
         self.in_use: Set[str] = set()  # the scratch slots the call holding the lock has taken
         self.pinned = staging_mode() == "pinned"
         self.copy_out_first = comm.rank % 2 == 0  # direct mode's order of the copies between chunks
@@ -156,6 +158,9 @@ class _Staging:
 
     def close(self) -> None:
         self.closed = True
+        # The stream first: closing it waits for what is queued on it, which may still use the
+        # pinned buffers (a call interrupted in a wait leaves its work queued).
+        self.stream.close()
         self._views.clear()
         for buf in self._buffers.values():
             buf.close()
@@ -163,7 +168,6 @@ class _Staging:
         self._host = [None, None]
         for event in self.events:
             event.close()
-        self.stream.close()
 
 
 def _locked_staging(comm: CommCore) -> _Staging:
@@ -193,6 +197,9 @@ def _locked_staging(comm: CommCore) -> _Staging:
                 staging.close()  # release() gave up on it while this call waited: closing it falls to us
             if not (staging.closed or comm._closing):
                 staging.in_use.clear()
+                if staging.unsettled:  # the work an interrupted call left queued ends first
+                    _wait(staging.stream)
+                    staging.unsettled = False
                 return staging
             lock.release()
         except BaseException:
@@ -209,6 +216,17 @@ def _unlock(staging: _Staging) -> None:
     staging.lock.release()
     if staging.close_pending:
         _close(staging, 0)
+
+
+_WAIT_SLICE_MS = 100  # a blocking call waits in C this long at a time
+
+
+def _wait(waitable: Any) -> None:
+    """Wait for a staging stream or event until its work is done (or raise its failure), in C
+    calls of at most ``_WAIT_SLICE_MS``: Python runs signal handlers only between C calls, so
+    Ctrl-C's KeyboardInterrupt can end a call whose peer is late. The call's work stays queued;
+    the next call on the staging waits for it first (``_Staging.unsettled``)."""
+    waitable._synchronize(-1, _WAIT_SLICE_MS)
 
 
 def _new_staging(comm: CommCore) -> _Staging:
@@ -533,6 +551,9 @@ def _chunked(comm: CommCore, src: Any, dst: Any, count: int, dtype: DataType, ru
         if comm._size > 1 and count >= max(CHUNK_BYTES // dtype.itemsize, 1):  # a chunk or more (_same_size)
             _same_size(comm, staging, count * dtype.itemsize)
         (_chunks_pinned if staging.pinned else _chunks)(staging, src, dst, count, dtype, run)
+    except BaseException:
+        staging.unsettled = True  # see _wait
+        raise
     finally:
         _unlock(staging)
 
@@ -550,7 +571,7 @@ def _same_size(comm: CommCore, staging: _Staging, nbytes: int) -> None:
     sizes = np.array([nbytes], dtype=np.int64)
     _copy_pageable(staging, mine._cptr, _source(sizes), sizes.nbytes, _H2D)
     collectives.all_gather(comm, mine, every, stream=staging.stream)
-    staging.stream.synchronize()
+    _wait(staging.stream)
     sizes = np.empty(comm.size, dtype=np.int64)
     _copy_pageable(staging, _destination(sizes), every._cptr, sizes.nbytes, _D2H)
     if (sizes != nbytes).any():
@@ -572,7 +593,7 @@ def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, 
         _copy_now(chunk._cptr, src, chunk.nbytes, _H2D)
     for start in range(0, count, step):
         run(chunk, None, stream)
-        stream.synchronize()  # before the copy out, and before the next chunk's copy in
+        _wait(stream)  # before the copy out, and before the next chunk's copy in
         done, after = chunk, start + step
         if after < count:  # the next chunk goes to the spare buffer; only the last can be shorter
             chunk, spare = (spare if count - after >= step else spare[: count - after]), done
@@ -586,7 +607,8 @@ def _chunks(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, 
 
 def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: DataType, run: Any) -> None:
     """:func:`_chunks` through two pinned host buffers, taken in turn: while the device copies and
-    reduces one chunk, the host copies the next one in and the one before out."""
+    reduces one chunk, the host copies the next one in and the one before out. An exception leaves
+    work queued that uses the pinned buffers: the staging is then unsettled (see :func:`_wait`)."""
     stream = staging.stream
     itemsize = dtype.itemsize
     step = max(CHUNK_BYTES // itemsize, 1)
@@ -599,36 +621,30 @@ def _chunks_pinned(staging: _Staging, src: Any, dst: Any, count: int, dtype: Dat
         """Wait until the device is done with ``slot``, then copy its result out."""
         chunk, waiting[slot] = waiting[slot], None
         if chunk is not None:
-            slots[slot][2].synchronize()
+            _wait(slots[slot][2])
             if dst is not None:
                 _ffi.memmove(dst + chunk[0], slots[slot][1], chunk[1])
 
-    try:
-        for index, start in enumerate(range(0, count, step)):
-            slot = index & 1
-            finish(slot)
-            chunk, host, done = slots[slot]
-            length = min(step, count - start)
-            if length != chunk._size:  # only the last chunk can be shorter
-                chunk = chunk[:length]
-            offset, nbytes = start * itemsize, length * itemsize
-            if src is not None:
-                _ffi.memmove(host, src + offset, nbytes)
-                _copy(stream, chunk._cptr, host, nbytes, _H2D)
-            run(chunk, None, stream)
-            if dst is not None:
-                _copy(stream, host, chunk._cptr, nbytes, _D2H)
-            done.record(stream)
-            waiting[slot] = (offset, nbytes)
-        last = (count - 1) // step & 1 if count else 0
-        finish(last ^ 1)  # the older chunk first
-        finish(last)
-        stream.synchronize()
-    except BaseException:
-        # The device may still read or write the pinned buffers: let it finish before they are reused.
-        with contextlib.suppress(Exception):
-            stream.synchronize()
-        raise
+    for index, start in enumerate(range(0, count, step)):
+        slot = index & 1
+        finish(slot)
+        chunk, host, done = slots[slot]
+        length = min(step, count - start)
+        if length != chunk._size:  # only the last chunk can be shorter
+            chunk = chunk[:length]
+        offset, nbytes = start * itemsize, length * itemsize
+        if src is not None:
+            _ffi.memmove(host, src + offset, nbytes)
+            _copy(stream, chunk._cptr, host, nbytes, _H2D)
+        run(chunk, None, stream)
+        if dst is not None:
+            _copy(stream, host, chunk._cptr, nbytes, _D2H)
+        done.record(stream)
+        waiting[slot] = (offset, nbytes)
+    last = (count - 1) // step & 1 if count else 0
+    finish(last ^ 1)  # the older chunk first
+    finish(last)
+    _wait(stream)
 
 
 def _copy_pieces(staging: _Staging, device: Any, pieces: Any, nbytes: int, kind: int) -> None:
@@ -675,9 +691,12 @@ def _whole(comm: CommCore, src: Any, send_count: int, dst: Any, recv_count: int,
         if src is not None:
             _copy_pieces(staging, send._cptr, src, send.nbytes, _H2D)
         run(send, recv, stream)
-        stream.synchronize()
+        _wait(stream)
         if dst is not None:
             _copy_pieces(staging, recv._cptr, dst, recv.nbytes, _D2H)
+    except BaseException:
+        staging.unsettled = True  # see _wait
+        raise
     finally:
         _unlock(staging)
 
@@ -688,6 +707,9 @@ def _batch(comm: CommCore, items: Sequence[Tuple[str, Any, int, DataType, int]])
     staging = _locked_staging(comm)
     try:
         _post(staging, comm, items)
+    except BaseException:
+        staging.unsettled = True  # see _wait
+        raise
     finally:
         _unlock(staging)
 
@@ -704,7 +726,7 @@ def _post(staging: _Staging, comm: CommCore, items: Sequence[Tuple[str, Any, int
             receives.append((buf, pointer))
         device_items.append((kind, buf, peer))
     collectives.batch_send_recv(comm, device_items, stream=stream)
-    stream.synchronize()
+    _wait(stream)
     for buf, pointer in receives:
         _copy_pageable(staging, pointer, buf._cptr, buf.nbytes, _D2H)
 
@@ -1040,7 +1062,10 @@ def barrier(comm: CommCore) -> None:
     staging = _locked_staging(comm)
     try:
         collectives.barrier(comm, stream=staging.stream)
-        staging.stream.synchronize()
+        _wait(staging.stream)
+    except BaseException:
+        staging.unsettled = True  # see _wait
+        raise
     finally:
         _unlock(staging)
 

@@ -1596,3 +1596,45 @@ def test_a_profile_checks_the_carrier_of_an_array_moved_as_bytes() -> None:
         comm._profile = None
         comm.destroy()
 
+
+
+def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folder: str) -> Dict[str, Any]:
+    import signal
+    from pathlib import Path
+
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    interrupted = Path(folder) / "interrupted"
+    out: Dict[str, Any] = {}
+    try:
+        # One collective (an array of one chunk): interrupted, it stays queued and completes when
+        # the peer comes, so the ranks stay in step.
+        first = np.full(3000, rank + 1.0, np.float32)
+        if rank == 0:
+            # SIGINT while rank 1 has not called yet: it ends the wait for rank 1 with KeyboardInterrupt.
+            threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            try:
+                comm.all_reduce(first)
+                out["interrupted"] = False
+            except KeyboardInterrupt:
+                out["interrupted"] = True
+            interrupted.touch()
+        else:
+            while not interrupted.exists():  # rank 1 calls only once rank 0 was interrupted
+                time.sleep(0.01)
+            out["first"] = comm.all_reduce(first).tolist()
+        # The work the interrupt left queued ends before the next call reuses the scratch.
+        out["second"] = comm.all_reduce(np.full(3000, 10.0 * (rank + 1), np.float32)).tolist()
+        return out
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_numpy_call_whose_peer_is_late(tmp_path: Any, staging: str) -> None:
+    # HCCL_EXEC_TIMEOUT of 60 s: without the interrupt, rank 0 would wait for rank 1, which waits for it.
+    first, second = ranks.run_processes(_interrupted_while_the_peer_is_late, 2, str(tmp_path), timeout=100,
+                                        env={"HCCL_EXEC_TIMEOUT": "60", "HCCLPY_HOST_STAGING": staging})
+    assert first["interrupted"], first
+    assert second["first"] == [3.0] * 3000  # rank 0's interrupted call still contributed its data
+    assert first["second"] == second["second"] == [30.0] * 3000

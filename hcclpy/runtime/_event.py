@@ -137,9 +137,18 @@ class Event:
             If the stream that recorded the event failed before reaching the record (the work
             queued on it before the record did not all run).
         """
-        ms = _timeout_ms(timeout)
+        self._synchronize(_timeout_ms(timeout))
+
+    def _synchronize(self, ms: int, slice_ms: int = 0) -> None:
+        """:meth:`synchronize` for ``ms`` milliseconds at most (-1: no limit); with ``slice_ms``,
+        with no limit in C calls of at most that long, as :meth:`Stream._synchronize` does."""
         bound = _ffi.api()
-        if ms < 0:
+        if slice_ms:
+            name = "aclrtSynchronizeEventWithTimeout"
+            rc = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), slice_ms)
+            while rc == AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT:
+                rc = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), slice_ms)
+        elif ms < 0:
             rc, name = bound.aclrtSynchronizeEvent(self._cdata()), "aclrtSynchronizeEvent"
         else:
             rc, name = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), ms), "aclrtSynchronizeEventWithTimeout"

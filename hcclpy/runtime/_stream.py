@@ -289,14 +289,24 @@ class Stream:
                     del held[:count]
                 return
             raise self._failure(rc, "aclrtSynchronizeStream", upto)
-        ms = _timeout_ms(timeout)
+        self._synchronize(_timeout_ms(timeout))
+
+    def _synchronize(self, ms: int, slice_ms: int = 0) -> None:
+        """:meth:`synchronize` past its fast path: wait ``ms`` milliseconds at most (-1: no limit).
+        With ``slice_ms``, wait with no limit in C calls of at most that long: Python runs signal
+        handlers only between C calls, so Ctrl-C can end the wait (hcclpy.host's blocking calls)."""
         bound = _ffi.api()
         cdata = self._cdata()
         held = self._held
         count = len(held)
         upto = _trace.mark()
-        groups = groups_open  # before the wait: see above
-        if ms < 0:
+        groups = groups_open  # before the wait: see synchronize()
+        if slice_ms:
+            name = "aclrtSynchronizeStreamWithTimeout"
+            rc = bound.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
+            while rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+                rc = bound.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
+        elif ms < 0:
             rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
         else:
             rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
