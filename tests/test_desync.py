@@ -125,3 +125,32 @@ def test_the_reported_operation_number_is_the_flight_recorders() -> None:
     for rank, result in enumerate(out):
         assert "operation #2: rank" in result["message"], result
         assert result["failed"] == [(CASES["operation"][rank][0], 2)], result
+
+
+def _send_recv_sizes_differ(rank: int, size: int, info: bytes) -> str:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = comm.device.create_stream()
+    try:
+        x = hcclpy.from_numpy(np.ones(3, np.float32), device=comm.device)
+        (comm.send(x, 1, stream=stream) if rank == 0 else comm.recv(x, 0, stream=stream))  # one that matches
+        stream.synchronize()
+        if rank == 0:
+            comm.send(hcclpy.from_numpy(np.ones(4, np.float32), device=comm.device), 1, stream=stream)
+        else:
+            comm.recv(x, 0, stream=stream)
+        stream.synchronize()
+        return "no error"
+    except hcclpy.HcclpyError as exc:
+        return str(exc)
+    finally:
+        comm.destroy(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_a_send_and_a_receive_of_different_sizes_are_both_told_both_sizes() -> None:
+    # The sender was told only "a receive of a different size or type", with no operation number.
+    sender, receiver = ranks.run("threads", _send_recv_sizes_differ, 2, timeout=45)
+    assert "send p2p #2: rank 0 sent 4 fp32 to rank 1" in sender and "rank 1 posted a receive of 3 fp32" in sender, \
+        sender
+    assert "recv p2p #2: rank 0 sent 4 fp32 to rank 1" in receiver and "rank 1 posted a receive of 3 fp32" in \
+        receiver, receiver

@@ -274,7 +274,7 @@ def test_a_failed_operation_raises_from_wait(tmp_path: Any) -> None:
     sender, receiver = ranks.run_processes(_mismatched_receive, 2, str(tmp_path), timeout=90)
     # The failure is reported by the first call that meets the failed stream: HCCL's or ACL's.
     assert receiver[0] in ("HcclError", "AclError") and "posted a receive of 3" in receiver[1], receiver
-    assert sender[0] in ("HcclError", "AclError") and "refused" in sender[1], sender
+    assert sender[0] in ("HcclError", "AclError") and "posted a receive of 3" in sender[1], sender
 
 
 def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:

@@ -561,9 +561,10 @@ static int send_progress(op_task_t *op, uint32_t i)
         return STEP_BLOCKED;
     uint32_t status = atomic_load(&in->status);
     if (status != HCCL_SUCCESS)
-        return hccl_error((HcclResult)status, "send of %llu %s from rank %u to rank %u on '%s' was refused by the "
-                          "receiver: it posted a receive of a different size or type", (unsigned long long)item->count,
-                          hccl_dtype_name(item->dataType), comm->rank, peer, comm->name);
+        return hccl_error((HcclResult)status, "%s p2p #%llu: rank %u sent %llu %s to rank %u on '%s', but rank %u "
+                          "posted a receive of %llu %s", hccl_cmd_name(op->type), (unsigned long long)op->pseq,
+                          comm->rank, (unsigned long long)item->count, hccl_dtype_name(item->dataType), peer,
+                          comm->name, peer, (unsigned long long)in->count, hccl_dtype_name(in->dtype));
     op->item_state[i] = ITEM_DONE;
     return STEP_MOVED;
 }
@@ -582,12 +583,15 @@ static int recv_progress(op_task_t *op, uint32_t i)
         return STEP_BLOCKED;
     p2p_in_t *in = &slot_p2p_in(comm, comm->rank)[peer];
     if (out->count != item->count || out->dtype != (uint32_t)item->dataType) {
-        atomic_store(&in->status, HCCL_E_PARA);
+        in->count = item->count;
+        in->dtype = (uint32_t)item->dataType;
+        atomic_store(&in->status, HCCL_E_PARA); /* after the fields above: the sender reads them once it sees it */
         atomic_store_explicit(&in->consumed, op->item_seq[i], memory_order_release);
         hccl_wake(comm);
-        return hccl_error(HCCL_E_PARA, "rank %u sent %llu %s to rank %u on '%s', but rank %u posted a receive of "
-                          "%llu %s", peer, (unsigned long long)out->count, hccl_dtype_name(out->dtype), comm->rank,
-                          comm->name, comm->rank, (unsigned long long)item->count, hccl_dtype_name(item->dataType));
+        return hccl_error(HCCL_E_PARA, "%s p2p #%llu: rank %u sent %llu %s to rank %u on '%s', but rank %u posted a "
+                          "receive of %llu %s", hccl_cmd_name(op->type), (unsigned long long)op->pseq, peer,
+                          (unsigned long long)out->count, hccl_dtype_name(out->dtype), comm->rank, comm->name,
+                          comm->rank, (unsigned long long)item->count, hccl_dtype_name(item->dataType));
     }
     size_t bytes = (size_t)item->count * hccl_dtype_size(item->dataType);
     if (bytes > 0)

@@ -135,7 +135,8 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t consumed;
     _Atomic uint32_t status;  /* HcclResult of the match */
-    uint32_t pad;
+    uint32_t dtype;           /* the receive posted, for the sender's message when it did not match */
+    uint64_t count;
 } p2p_in_t;
 
 /* ---------------------------------------------------------- communicator */
