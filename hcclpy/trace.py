@@ -12,7 +12,8 @@ share a name (one destroyed and another created under its name, say) are told ap
 *instance*: the k-th communicator of that name (and size) created for that rank in the process. Its
 state comes from what the process has seen since: a stream synchronisation, a stream query or an
 event that completed marks everything queued before it as *completed* (at that time at the latest),
-a synchronisation that failed marks it *failed*, and the rest is *pending* (queued or running).
+a synchronisation that failed marks what it waited for and was not known complete as *failed* (one
+of them failed; those before it may have completed), and the rest is *pending* (queued or running).
 
 :func:`dump` writes the records as JSON and as a Chrome trace (``chrome://tracing``, Perfetto).
 With ``HCCLPY_TRACE_DIR`` set, every process dumps into that directory by itself (at most once a

@@ -197,6 +197,18 @@ def test_merge_takes_each_process_s_newest_dump_and_warns_of_dumps_of_several_jo
            "several jobs" in out, out
 
 
+def test_report_says_which_failed_operations_may_be_done() -> None:
+    # Three operations synchronised once, and the wait failed: one of them failed, not all.
+    rank0 = [_record(0, 1, "all_reduce")] + [_record(0, seq, op, state="failed")
+                                             for seq, op in ((2, "all_reduce"), (3, "all_reduce"), (4, "broadcast"))]
+    lines = report([{"records": rank0}, {"records": [_record(1, 1, "all_reduce")]}])
+    assert any(line.startswith("  rank 0: last completed #1 all_reduce(count=8, fp32); first pending #2 all_reduce"
+                               "(count=8, fp32) (failed, or done before the failure: 3 operations were queued "
+                               "since the last one known complete, and one of them failed)") for line in lines), lines
+    one = report([{"records": [_record(0, 1, "all_reduce", state="failed")]}])
+    assert any(line.endswith("first pending #1 all_reduce(count=8, fp32) (failed)") for line in one), one
+
+
 def test_report_names_the_first_operation_the_ranks_disagree_on() -> None:
     agreed = [(1, "all_reduce", {"op_kind": "sum"}), (2, "all_gather_v", {}), (3, "send", {"peer": 1})]
     rank0 = [_record(0, seq, op, **extra) for seq, op, extra in agreed]

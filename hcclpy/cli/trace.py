@@ -154,6 +154,10 @@ def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
     waiting = [item for item in items if item["state"] != "completed"]
     last = label(done[-1]) if done else "none recorded"
     first = f"{label(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
+    failed = sum(item["state"] == "failed" for item in waiting)
+    if failed > 1:  # a failed wait tells that one of them failed, not which: those before may be done
+        first = (f"{label(waiting[0])} (failed, or done before the failure: {failed} operations were queued since "
+                 "the last one known complete, and one of them failed)")
     return f"  rank {rank}: last completed {last}; first pending {first}"
 
 
