@@ -233,11 +233,8 @@ def _should_dump(error: Exception) -> bool:
     return True
 
 
-def _auto_dump(error: Exception) -> None:
-    """Dump into ``HCCLPY_TRACE_DIR`` when ``error`` calls for it (see :func:`_should_dump`)."""
-    directory = os.environ.get("HCCLPY_TRACE_DIR")
-    if not directory or not _trace.enabled or not _should_dump(error):
-        return
+def _dump_into(directory: str) -> None:
+    """This process's dump in ``directory`` (one file per process, the newest dump replacing it)."""
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         dump(Path(directory) / f"hcclpy-trace-{socket.gethostname()}-{os.getpid()}.json")
@@ -245,4 +242,45 @@ def _auto_dump(error: Exception) -> None:
         pass
 
 
+def _auto_dump(error: Exception) -> None:
+    """Dump into ``HCCLPY_TRACE_DIR`` when ``error`` calls for it (see :func:`_should_dump`)."""
+    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    if directory and _trace.enabled and _should_dump(error):
+        _dump_into(directory)
+
+
 _ffi.on_failure(_auto_dump)
+
+# ------------------------------------------------------- dumps when the launcher stops the job
+
+# Set by ``hcclpy run`` when HCCLPY_TRACE_DIR is: "fd:inode" of a pipe each rank inherits, which the
+# launcher closes to ask for dumps before it stops a job (at its --timeout, or on a signal).
+DUMP_PIPE_VARIABLE = "HCCLPY_DUMP_PIPE"
+
+
+def _serve_dump_requests() -> None:
+    """Under ``hcclpy run`` with ``HCCLPY_TRACE_DIR`` set: a thread that dumps once the launcher
+    closes its pipe. A thread, not a signal handler: the main thread of a stuck rank waits in C,
+    where Python runs no handler. A process that inherited the variable but not the pipe (the
+    descriptor is another file, or none) serves nothing."""
+    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    if not directory or not _trace.enabled:
+        return
+    try:
+        fd, inode = (int(part) for part in os.environ.get(DUMP_PIPE_VARIABLE, "").split(":"))
+        if os.fstat(fd).st_ino != inode:
+            return
+    except (ValueError, OSError):
+        return
+
+    def serve() -> None:
+        try:
+            os.read(fd, 1)  # returns when the launcher closes its end
+        except OSError:
+            return
+        _dump_into(directory)
+
+    threading.Thread(target=serve, name="hcclpy-dump-on-stop", daemon=True).start()
+
+
+_serve_dump_requests()

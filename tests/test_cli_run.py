@@ -584,3 +584,49 @@ def test_two_simulated_nodes_form_one_world():
         assert sorted(lines) == [2 * node, 2 * node + 1]
         for rank, text in lines.items():
             assert text == [f"rank {rank} of 4: [0.0, 4.0, 8.0, 12.0] OK"]
+
+
+STUCK_IN_A_COLLECTIVE = """
+import time
+import numpy as np
+import hcclpy
+
+comm = hcclpy.init()
+stream = comm.device.create_stream()
+x = hcclpy.from_numpy(np.ones(4, np.float32), device=comm.device)
+comm.all_reduce(x, stream=stream)
+stream.synchronize()
+if comm.rank == 1:
+    time.sleep(600)  # stuck outside hcclpy
+comm.all_reduce(x, stream=stream)
+stream.synchronize()  # rank 0 waits here, inside C, where no signal handler runs
+"""
+
+
+def test_a_job_stopped_at_its_timeout_leaves_the_ranks_dumps(tmp_path):
+    # With HCCLPY_TRACE_DIR set, the launcher asks every rank for its flight recorder before it
+    # stops them; the merge then says who is behind. Before, a job killed this way left nothing.
+    traces = tmp_path / "traces"
+    env = {**os.environ, "HCCLPY_TRACE_DIR": str(traces), "HCCL_EXEC_TIMEOUT": "600"}
+    result = hcclpy_run("-n", "2", "--timeout", "5", script(tmp_path, STUCK_IN_A_COLLECTIVE), env=env)
+    assert result.returncode == 124, result.stderr
+    assert len(list(traces.glob("hcclpy-trace-*[0-9].json"))) == 2, sorted(traces.iterdir())
+    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
+                            text=True, timeout=TIMEOUT)
+    assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+
+
+def test_a_process_without_the_launchers_pipe_serves_no_dumps(monkeypatch):
+    import threading
+
+    import hcclpy.trace
+
+    monkeypatch.setenv("HCCLPY_TRACE_DIR", "/nonexistent")
+    other = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for value in ("0:1", "bad", f"{other}:0", "999999:5"):  # other files, garbage, no such descriptor
+            monkeypatch.setenv(hcclpy.trace.DUMP_PIPE_VARIABLE, value)
+            hcclpy.trace._serve_dump_requests()
+    finally:
+        os.close(other)
+    assert not [t for t in threading.enumerate() if t.name == "hcclpy-dump-on-stop"]

@@ -35,7 +35,9 @@ signal ``n``). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forw
 as torchrun's agent does (a second one kills them); the launcher then exits with ``128 + n``.
 ``--timeout`` stops everything after that many seconds and exits with 124. Stopping signals the
 process group of every rank, of the ranks that already exited too: SIGTERM (or the forwarded
-signal), then SIGKILL to whatever is left after ``--grace`` seconds. However the job ends, once the
+signal), then SIGKILL to whatever is left after ``--grace`` seconds. With ``HCCLPY_TRACE_DIR`` set,
+a stop at ``--timeout`` or on a signal first asks every rank to dump its flight recorder there
+(:mod:`hcclpy.trace`, through a pipe the ranks inherit) and gives them a second. However the job ends, once the
 last rank has exited the launcher stops the processes the ranks started in the same way (showing
 their output meanwhile) and goes on when none is left, at the latest a second after the SIGKILL; it
 then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
@@ -84,6 +86,7 @@ _POLL = 0.05  # seconds between checks of the children while no output arrives
 _DRAIN_LIMIT = 1 << 20  # bytes read from a pipe once the job has ended (Linux's largest pipe by default):
 # a writer outside the rank's process group, which no signal of ours reaches, cannot hold the launcher
 _KILL_WAIT = 1.0  # seconds to wait for processes to vanish after the final SIGKILL
+_DUMP_WAIT = 1.0  # seconds the ranks get to dump their flight recorders before a stop (HCCLPY_TRACE_DIR)
 # The signals that would end the launcher and that it forwards instead, as torchrun's agent does:
 # left at their default, SIGHUP (a closed terminal or SSH session) and SIGQUIT (Ctrl-\) would kill
 # it at once, leaving the processes the ranks started running.
@@ -352,6 +355,10 @@ class _Launch:
         self.signal: Optional[int] = None  # the signal the launcher received, if any
         self.stopping = False
         self.kill_at: Optional[float] = None  # when ranks still running get SIGKILL
+        # With HCCLPY_TRACE_DIR set: the pipe whose write end closing asks the ranks to dump their
+        # flight recorders (hcclpy.trace), and the stop that waits for them meanwhile.
+        self.dump_pipe: Optional[Tuple[int, int]] = None
+        self.stop_after_dumps: Optional[Tuple[int, float]] = None  # (signal, when)
 
     # -- starting
 
@@ -367,6 +374,13 @@ class _Launch:
             base.setdefault("HCCLPY_RENDEZVOUS_TOKEN", secrets.token_hex(16))
         if ranks:
             base.setdefault("HCCLPY_RENDEZVOUS_PORT", str(rendezvous_port(ranks[0])))
+        keep: Tuple[int, ...] = ()
+        if base.get("HCCLPY_TRACE_DIR"):
+            from ..trace import DUMP_PIPE_VARIABLE
+
+            self.dump_pipe = os.pipe()
+            keep = (self.dump_pipe[0],)
+            base[DUMP_PIPE_VARIABLE] = f"{keep[0]}:{os.fstat(keep[0]).st_ino}"
         for spec in ranks:
             if self.signal is not None:
                 return
@@ -374,7 +388,8 @@ class _Launch:
                 # A session of its own: a terminal's Ctrl-C reaches the launcher only, which forwards
                 # it once, and stopping a rank stops the processes it started too.
                 proc = subprocess.Popen(list(command), env=rank_environment(spec, base), stdin=subprocess.DEVNULL,
-                                        stdout=pipe, stderr=pipe, start_new_session=True, preexec_fn=preexec)
+                                        stdout=pipe, stderr=pipe, start_new_session=True, preexec_fn=preexec,
+                                        pass_fds=keep)
             except OSError as exc:
                 _message(f"cannot start rank {spec.rank}: {command[0]}: {exc.strerror or exc}")
                 self.status = 127
@@ -401,16 +416,30 @@ class _Launch:
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Send ``signum`` to every rank's process group now, SIGKILL after the grace period."""
         self.stopping = True
+        self.stop_after_dumps = None
         self.send(signum)
         if self.kill_at is None:
             self.kill_at = time.monotonic() + self.grace
+
+    def stop_with_dumps(self, signum: int = signal.SIGTERM) -> None:
+        """:meth:`stop`, after asking the ranks for their flight recorders' dumps (when
+        HCCLPY_TRACE_DIR is set) and giving them ``_DUMP_WAIT`` seconds to write them: a job that
+        runs out of time or is interrupted is usually stuck, and the dumps say where."""
+        if self.dump_pipe is None or self.stop_after_dumps is not None:
+            self.stop(signum)
+            return
+        for fd in reversed(self.dump_pipe):  # the write end first: every rank's dump thread sees the end
+            os.close(fd)
+        self.dump_pipe = None
+        self.stopping = True
+        self.stop_after_dumps = (signum, time.monotonic() + _DUMP_WAIT)
 
     def on_signal(self, signum: int, frame: Any) -> None:
         if self.signal is not None:  # a second signal: no more grace
             self.send(signal.SIGKILL)
             return
         self.signal = signum
-        self.stop(signum)
+        self.stop_with_dumps(signum)
 
     # -- waiting
 
@@ -420,14 +449,17 @@ class _Launch:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.running():
             now = time.monotonic()
-            pause = min(t - now for t in (now + _POLL, deadline, self.kill_at) if t is not None)
+            dumped_by = self.stop_after_dumps[1] if self.stop_after_dumps else None
+            pause = min(t - now for t in (now + _POLL, deadline, self.kill_at, dumped_by) if t is not None)
             self._show_output(max(0.0, pause))
             self._reap()
             now = time.monotonic()
             if deadline is not None and now >= deadline and not self.stopping and self.running():
                 _message(f"timed out after {timeout:g} s; stopping {len(self.running())} rank(s)")
                 self.status = EXIT_TIMEOUT
-                self.stop()
+                self.stop_with_dumps()
+            if self.stop_after_dumps is not None and now >= self.stop_after_dumps[1]:
+                self.stop(self.stop_after_dumps[0])
             if self.kill_at is not None and now >= self.kill_at:
                 if self.running():
                     _message(f"{len(self.running())} rank(s) still running after {self.grace:g} s; sending SIGKILL")
@@ -458,9 +490,12 @@ class _Launch:
         """End the launch: stop what the ranks left running (SIGTERM to every rank's process group,
         SIGKILL after the grace period), show what the pipes still hold, close them, reap the ranks."""
         try:
-            self.stop()
+            self.stop(self.stop_after_dumps[0] if self.stop_after_dumps else signal.SIGTERM)
             self._await_groups()
         finally:
+            for fd in self.dump_pipe or ():
+                os.close(fd)
+            self.dump_pipe = None
             self.send(signal.SIGKILL)  # what an error here left, or what resisted the SIGKILL so far
             self._drain()
             for child in self.children:
