@@ -35,12 +35,12 @@ signal ``n``). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forw
 as torchrun's agent does (a second one kills them); the launcher then exits with ``128 + n``.
 ``--timeout`` stops everything after that many seconds and exits with 124. Stopping signals the
 process group of every rank, of the ranks that already exited too: SIGTERM (or the forwarded
-signal), then SIGKILL to whatever is left after ``--grace`` seconds. With ``HCCLPY_TRACE_DIR`` set,
-a stop at ``--timeout`` or on a signal first asks every rank to dump its flight recorder there
-(:mod:`hcclpy.trace`, through a pipe the ranks inherit) and gives them a second. However the job ends, once the
-last rank has exited the launcher stops the processes the ranks started in the same way (showing
-their output meanwhile) and goes on when none is left, at the latest a second after the SIGKILL; it
-then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
+signal), then SIGKILL to whatever is left after ``--grace`` seconds. With ``HCCLPY_TRACE_DIR``
+set, a stop at ``--timeout`` or on a signal first asks every rank to dump its flight recorder
+there (:mod:`hcclpy.trace`, through a pipe the ranks inherit) and gives them a second. However
+the job ends, once the last rank has exited the launcher stops the processes the ranks started in
+the same way (showing their output meanwhile) and goes on when none is left, at the latest a
+second after the SIGKILL; it then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
 process group outlives the job; one that leaves it (``setsid``, ``setpgid``, a daemon) is not
 reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a
 signal it does not forward (SIGKILL, say), the kernel kills the ranks (Linux parent-death signal),
