@@ -158,16 +158,18 @@ class _Staging:
 
     def close(self) -> None:
         self.closed = True
-        # The stream first: closing it waits for what is queued on it, which may still use the
-        # pinned buffers (a call interrupted in a wait leaves its work queued).
-        self.stream.close()
-        self._views.clear()
-        for buf in self._buffers.values():
-            buf.close()
-        self._buffers.clear()
-        self._host = [None, None]
-        for event in self.events:
-            event.close()
+        try:
+            # The stream first: closing it waits for what is queued on it, which may still use the
+            # pinned buffers (a call interrupted in a wait leaves its work queued).
+            self.stream.close()
+        finally:  # a failed stream reports its failure on closing: the rest goes all the same
+            self._views.clear()
+            for buf in self._buffers.values():
+                buf.close()
+            self._buffers.clear()
+            self._host = [None, None]
+            for event in self.events:
+                event.close()
 
 
 def _locked_staging(comm: CommCore) -> _Staging:
