@@ -16,10 +16,11 @@ the operations whose size is every rank's block (all_gather, reduce_scatter, all
 and the uneven forms), to a 16-byte block per rank, so a row may show less than was asked for;
 two sizes that round to the same one are measured once. A ``-b`` between 0 and the smallest size
 (one element, or 16 bytes × ranks) is refused, naming that size; without ``-b`` the first size is
-8 bytes or that smallest size if larger (``-e`` at most), and ``-b 0`` measures empty calls. As in nccl-tests,
-``-r`` applies to the rooted operations (reduce, broadcast, scatter) and is ignored by the others,
-whose table shows root -1. HCCL broadcasts in place, so broadcast's out-of-place columns time the
-in-place call too (the table says so; the average bus bandwidth counts it once). With ``-c 0``
+8 bytes or that smallest size if larger (``-e`` at most), and ``-b 0`` measures empty calls. As
+in nccl-tests, ``-r`` applies to the rooted operations (reduce, broadcast, scatter) and is ignored
+by the others, whose table shows root -1. HCCL broadcasts in place, so broadcast's out-of-place
+columns time the in-place call too (the table says so; the average bus bandwidth counts it
+once). With ``-c 0``
 the #wrong columns show N/A (null in JSON, empty in CSV) and the footer says nothing was checked.
 With ``-n 0`` (the default) the timed calls are chosen per size; JSON and CSV give each row's
 ``iters``. Everything that can be checked without the ranks (sizes, factor, root, the number of
@@ -30,8 +31,7 @@ ranks have started and before anything is measured.
 Rank 0 prints the header, then each row as soon as it is measured. ``--timeout S`` bounds each
 wait of a rank for the others (start-up, the memory check, each synchronisation of the measured
 calls and each exchange of their times), not the run: a long run that makes progress is never cut
-short.
-A run that stops early (a wait past ``--timeout``, a failure such as a rank gone, SIGINT or
+short. A run that stops early (a wait past ``--timeout``, a failure such as a rank gone, SIGINT or
 SIGTERM) prints one line ``hcclpy bench: ...`` on stderr saying where it stopped, and rank 0 still
 prints the footer and writes ``--json`` (``"complete": false`` and ``"stopped"`` saying why),
 ``--csv`` and ``--plot`` for the rows measured so far. A signal is acted on once the wait in
@@ -43,8 +43,9 @@ past ``--timeout``; ``128 + n`` after signal ``n`` (130 for SIGINT, 143 for SIGT
 
 With ``-g N``, SIGINT and SIGTERM (SIGHUP and SIGQUIT too) are forwarded to the ``hcclpy run``
 that starts the ranks, which stops them; bench waits for it (its grace period and 5 s more at
-most, then kills it) and exits with ``128 + n`` for signal ``n`` (130, 143). If bench itself is killed, the kernel kills that launcher
-(Linux parent-death signal), and the launcher's ranks with it.
+most, then kills it) and exits with ``128 + n`` for signal ``n`` (130, 143). If bench itself is
+killed, the kernel kills that launcher (Linux parent-death signal), and the launcher's ranks with
+it.
 """
 
 from __future__ import annotations

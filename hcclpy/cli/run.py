@@ -40,9 +40,9 @@ set, a stop at ``--timeout`` or on a signal first asks every rank to dump its fl
 there (:mod:`hcclpy.trace`, through a pipe the ranks inherit) and gives them a second. However
 the job ends, once the last rank has exited the launcher stops the processes the ranks started in
 the same way (showing their output meanwhile) and goes on when none is left, at the latest a
-second after the SIGKILL; it then reads at most 1 MiB more from each pipe and closes it. So no process that stays in its rank's
-process group outlives the job; one that leaves it (``setsid``, ``setpgid``, a daemon) is not
-reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a
+second after the SIGKILL; it then reads at most 1 MiB more from each pipe and closes it. So no
+process that stays in its rank's process group outlives the job; one that leaves it (``setsid``,
+``setpgid``, a daemon) is not reached, and loses the rank's output when the pipe closes. If the launcher itself is killed by a
 signal it does not forward (SIGKILL, say), the kernel kills the ranks (Linux parent-death signal),
 but the processes the ranks started keep running: nothing is left to stop them.
 """

@@ -122,28 +122,25 @@ def _first_mismatch(ranks: Dict[int, List[Dict[str, Any]]]) -> Optional[str]:
     return None
 
 
-def _by_communicator(dumps: List[Dict[str, Any]]) -> Dict[Tuple[str, int], Dict[int, List[Dict[str, Any]]]]:
+Records = Dict[Tuple[str, int], Dict[int, List[Dict[str, Any]]]]
+Processes = Dict[Tuple[str, int], Dict[int, Set[Tuple[Any, Any]]]]
+
+
+def _by_communicator(dumps: List[Dict[str, Any]]) -> Tuple[Records, Processes]:
     """The records of every dump, by communicator (name, instance) and rank, each rank's in the
-    order it queued them."""
-    by_comm: Dict[Tuple[str, int], Dict[int, List[Dict[str, Any]]]] = {}
+    order it queued them; and the processes (host, pid) whose dumps hold each rank's records."""
+    by_comm: Records = {}
+    processes: Processes = {}
     for data in dumps:
+        process = (data.get("host"), data.get("pid"))
         for item in data["records"]:
             key = (item["comm"], item.get("instance") or 1)
             by_comm.setdefault(key, {}).setdefault(item["rank"], []).append(item)
+            processes.setdefault(key, {}).setdefault(item["rank"], set()).add(process)
     for ranks in by_comm.values():
         for items in ranks.values():
             items.sort(key=lambda item: item.get("queued_ns", 0))
-    return by_comm
-
-
-def _processes(dumps: List[Dict[str, Any]]) -> Dict[Tuple[str, int], Dict[int, Set[Tuple[Any, Any]]]]:
-    """The processes (host, pid) whose dumps hold records of each communicator's ranks."""
-    found: Dict[Tuple[str, int], Dict[int, Set[Tuple[Any, Any]]]] = {}
-    for data in dumps:
-        for item in data["records"]:
-            key = (item["comm"], item.get("instance") or 1)
-            found.setdefault(key, {}).setdefault(item["rank"], set()).add((data.get("host"), data.get("pid")))
-    return found
+    return by_comm, processes
 
 
 def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
@@ -153,19 +150,21 @@ def _standing(rank: int, items: List[Dict[str, Any]]) -> str:
     done = [item for item in items if item["state"] == "completed"]
     waiting = [item for item in items if item["state"] != "completed"]
     last = label(done[-1]) if done else "none recorded"
-    first = f"{label(waiting[0])} ({waiting[0]['state']})" if waiting else "none"
     failed = sum(item["state"] == "failed" for item in waiting)
     if failed > 1:  # a failed wait tells that one of them failed, not which: those before may be done
-        first = (f"{label(waiting[0])} (failed, or done before the failure: {failed} operations were queued since "
-                 "the last one known complete, and one of them failed)")
+        state = (f"failed, or done before the failure: {failed} operations were queued since the last one known "
+                 "complete, and one of them failed")
+    else:
+        state = waiting[0]["state"] if waiting else ""
+    first = f"{label(waiting[0])} ({state})" if waiting else "none"
     return f"  rank {rank}: last completed {last}; first pending {first}"
 
 
 def report(dumps: List[Dict[str, Any]]) -> List[str]:
     """The lines that say, per communicator, where each rank stands and who is behind."""
     lines = []
-    processes = _processes(dumps)
-    for (comm, instance), ranks in sorted(_by_communicator(dumps).items()):
+    by_comm, processes = _by_communicator(dumps)
+    for (comm, instance), ranks in sorted(by_comm.items()):
         size = max(item["size"] for items in ranks.values() for item in items)
         which = f" (instance {instance})" if instance != 1 else ""
         lines.append(f"communicator '{comm}'{which}: dumps from {len(ranks)} of {size} ranks")
