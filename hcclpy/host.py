@@ -220,15 +220,11 @@ def _unlock(staging: _Staging) -> None:
         _close(staging, 0)
 
 
-_WAIT_SLICE_MS = 100  # a blocking call waits in C this long at a time
-
-
 def _wait(waitable: Any) -> None:
-    """Wait for a staging stream or event until its work is done (or raise its failure), in C
-    calls of at most ``_WAIT_SLICE_MS``: Python runs signal handlers only between C calls, so
-    Ctrl-C's KeyboardInterrupt can end a call whose peer is late. The call's work stays queued;
-    the next call on the staging waits for it first (``_Staging.unsettled``)."""
-    waitable._synchronize(-1, _WAIT_SLICE_MS)
+    """Wait for a staging stream or event until its work is done (or raise its failure). Ctrl-C's
+    KeyboardInterrupt can end the wait (see :mod:`hcclpy.runtime._waits`): the call's work stays
+    queued, and the next call on the staging waits for it first (``_Staging.unsettled``)."""
+    waitable._synchronize(-1)
 
 
 def _new_staging(comm: CommCore) -> _Staging:

@@ -57,3 +57,58 @@ def _peer_waits_for_unsynchronised_work(rank: int, size: int, info: bytes, flag:
 def test_a_peer_waiting_for_work_nobody_synchronises_finishes(mode: str, quiet: float, tmp_path: Path) -> None:
     out = ranks.run(mode, _peer_waits_for_unsynchronised_work, 2, str(tmp_path / "rank1-done"), quiet, timeout=90)
     assert out == [([3.0, 3.0], 3.0)] * 2
+
+
+def _interrupted_waits(rank: int, size: int, info: bytes, folder: str) -> dict:
+    """Rank 0 queues an all_reduce before rank 1 calls, and is sent SIGINT during each kind of
+    wait; rank 1 calls only once all three were interrupted."""
+    import os
+    import signal
+    import threading
+
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    out: dict = {}
+    try:
+        with comm.device.create_stream() as stream:
+            x = hcclpy.from_numpy(np.full(64, rank + 1.0, "float32"), device=comm.device)
+            if rank == 0:
+                comm.all_reduce(x, None, stream=stream)
+                event = comm.device.create_event()
+                event.record(stream)
+                waits = {"stream": stream.synchronize, "event": event.synchronize,
+                         "device": comm.device.synchronize}
+                for name, wait in waits.items():
+                    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+                    started = time.monotonic()
+                    try:
+                        wait()
+                        out[name] = "returned"
+                    except KeyboardInterrupt:
+                        out[name] = "interrupted"
+                    out[name + " waited long enough"] = time.monotonic() - started >= 0.25
+                Path(folder, "interrupted").touch()
+                event.synchronize()  # the interrupted waits left the all_reduce queued: it completes
+                event.close()
+            else:
+                deadline = time.monotonic() + 60
+                while not Path(folder, "interrupted").exists():
+                    assert time.monotonic() < deadline, "rank 0 was never interrupted"
+                    time.sleep(0.01)
+                comm.all_reduce(x, None, stream=stream)
+            stream.synchronize()
+            out["result"] = x.to_numpy().tolist()
+            return out
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_wait_for_a_collective_whose_peer_is_late(tmp_path: Path) -> None:
+    # HCCL_EXEC_TIMEOUT of 60 s: without the interrupts, rank 0's first wait would last that long
+    # (rank 1 calls only once rank 0 was interrupted three times).
+    first, second = ranks.run_processes(_interrupted_waits, 2, str(tmp_path), timeout=100,
+                                        env={"HCCL_EXEC_TIMEOUT": "60"})
+    assert {k: first[k] for k in ("stream", "event", "device")} == dict.fromkeys(("stream", "event", "device"),
+                                                                                   "interrupted"), first
+    assert all(first[k + " waited long enough"] for k in ("stream", "event", "device")), first
+    assert first["result"] == second["result"] == [3.0] * 64

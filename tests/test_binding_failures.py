@@ -67,7 +67,7 @@ def test_survivor_gets_remote_error_and_can_destroy(how: str) -> None:
     assert survivor["error"] is not None, "the survivor never saw an error"
     assert survivor["failed_at"] >= 25
     assert survivor["is_acl"] and survivor["is_remote_or_timeout"], repr(survivor["error"])
-    assert str(survivor["error"]).startswith("aclrtSynchronizeStream failed: ")
+    assert str(survivor["error"]).startswith("aclrtSynchronizeStreamWithTimeout failed: ")
     assert survivor["async_is_hccl"], repr(survivor["async_error"])
     assert survivor["async_error"].name in ("HCCL_E_REMOTE", "HCCL_E_TIMEOUT")
     assert survivor["destroyed"]
@@ -110,7 +110,7 @@ def test_an_event_recorded_after_failed_work_reports_the_failure() -> None:
     # The stream fails on the desync; the record after it is reached but never runs that work, so
     # waiting for the event, or asking it, raises the stream's failure as synchronising the stream does.
     for rank, result in enumerate(ranks.run_threads(_event_after_a_failure, 2, timeout=50)):
-        for name, api in (("synchronize", "aclrtSynchronizeEvent"), ("query", "aclrtQueryEventStatus")):
+        for name, api in (("synchronize", "aclrtSynchronizeEventWithTimeout"), ("query", "aclrtQueryEventStatus")):
             message = result[name]
             assert message is not None, f"rank {rank}: Event.{name}() reported success after the failure"
             assert message.startswith(f"{api} failed: ACL_ERROR_RT_AICPU_EXCEPTION (507018): {api}: the stream "

@@ -175,8 +175,8 @@ def test_a_synchronisation_keeps_what_is_queued_while_it_waits(comm: hcclpy.Comm
     comm.all_reduce(early, stream=stream)
     wait = stream._sync
 
-    def wait_while_another_thread_queues(handle: Any) -> int:
-        rc = wait(handle)
+    def wait_while_another_thread_queues(handle: Any, ms: int) -> int:
+        rc = wait(handle, ms)
         comm.all_reduce(late, stream=stream)
         return rc
 
@@ -666,8 +666,8 @@ def test_a_group_ending_during_a_synchronisation_keeps_its_buffers() -> None:
     wait = stream._sync
     queued, waited, ended = threading.Event(), threading.Event(), threading.Event()
 
-    def wait_until_the_group_ended(handle: Any) -> int:
-        rc = wait(handle)
+    def wait_until_the_group_ended(handle: Any, ms: int) -> int:
+        rc = wait(handle, ms)
         waited.set()
         assert ended.wait(20)
         return rc

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _ffi
-from ..errors import HcclpyError
+from ..errors import AclErrorCode, HcclpyError
+from ._waits import wait_in_slices
 
 if TYPE_CHECKING:
     from ._event import Event
@@ -143,7 +144,9 @@ class Device:
     def synchronize(self) -> None:
         """Wait for all work queued on this device's streams."""
         with self:
-            _ffi.check_acl(_ffi.api().aclrtSynchronizeDevice(), "aclrtSynchronizeDevice")
+            rc = wait_in_slices(_ffi.api().aclrtSynchronizeDeviceWithTimeout, -1,
+                                AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
+            _ffi.check_acl(rc, "aclrtSynchronizeDeviceWithTimeout")
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` device memory in bytes."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _ffi, _trace
@@ -10,6 +11,7 @@ from ._device import Device
 from ._lifetime import attach, close_now
 from . import _stream
 from ._stream import _timeout_ms
+from ._waits import wait_in_slices
 
 if TYPE_CHECKING:
     from ._stream import Stream
@@ -139,21 +141,13 @@ class Event:
         """
         self._synchronize(_timeout_ms(timeout))
 
-    def _synchronize(self, ms: int, slice_ms: int = 0) -> None:
-        """:meth:`synchronize` for ``ms`` milliseconds at most (-1: no limit); with ``slice_ms``,
-        with no limit in C calls of at most that long, as :meth:`Stream._synchronize` does."""
-        bound = _ffi.api()
-        if slice_ms:
-            name = "aclrtSynchronizeEventWithTimeout"
-            rc = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), slice_ms)
-            while rc == AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT:
-                rc = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), slice_ms)
-        elif ms < 0:
-            rc, name = bound.aclrtSynchronizeEvent(self._cdata()), "aclrtSynchronizeEvent"
-        else:
-            rc, name = bound.aclrtSynchronizeEventWithTimeout(self._cdata(), ms), "aclrtSynchronizeEventWithTimeout"
+    def _synchronize(self, ms: int) -> None:
+        """:meth:`synchronize` for ``ms`` milliseconds at most (-1: no limit), in C calls Ctrl-C can
+        come between (see :mod:`hcclpy.runtime._waits`)."""
+        rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeEventWithTimeout, self._cdata()), ms,
+                            AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, name)
+            raise self._failure(rc, "aclrtSynchronizeEventWithTimeout")
         self._seen_complete()
 
     def elapsed_time(self, end: "Event") -> float:

@@ -5,18 +5,21 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+from functools import partial
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
 from ._device import Device, check_visible
 from ._lifetime import attach
+from ._waits import WAIT_SLICE_MS, wait_in_slices
 
 __all__ = ["Stream"]
 
 HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
 _sealing = threading.RLock()  # guards every stream's sealed segments (rarely taken)
 _now = _trace.now
+_SYNC_TIMEOUT = int(AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  # a timed wait's code when the work is not done
 
 
 # How many hcclpy.group() blocks are open in the process (the collectives keep it). While one is,
@@ -63,7 +66,7 @@ def held_objects(device_id: int) -> Iterator[Any]:
 
 def _pending(bound: Any, cdata: Any) -> bool:
     """True if work queued on the stream has not finished (a stream that failed has none pending)."""
-    return bound.aclrtSynchronizeStreamWithTimeout(cdata, 0) == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    return bound.aclrtSynchronizeStreamWithTimeout(cdata, 0) == _SYNC_TIMEOUT
 
 
 def _release(bound: Any, cdata: Any, holdings: _Holdings, owned: bool, wait: bool) -> None:
@@ -144,7 +147,7 @@ class Stream:
         self._sealed = holdings.sealed
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         bound, cdata = _ffi.api(), self._ptr_cdata
-        self._sync = bound.aclrtSynchronizeStream  # bound once: synchronize() is on the hot path
+        self._sync = bound.aclrtSynchronizeStreamWithTimeout  # bound once: synchronize() is on the hot path
         # True once queued work failed (an error, not a wait's timeout): the stream fails for good,
         # so the device replaces a failed default stream (see Device.default_stream).
         self._failed = False
@@ -275,43 +278,36 @@ class Stream:
             # Read before the wait, not after: a group that ends during the wait queues work the
             # wait did not cover, and its buffers must stay held (see groups_open).
             groups = groups_open
-            rc = self._sync(self._ptr_cdata)
-            if not rc:
-                if groups:
-                    return
-                progress = self._progress
-                if upto > progress[0]:
-                    progress[0] = upto
-                    progress[2] = _now()
-                if self._sealed:
-                    self._let_go(held, count, upto)
-                else:
-                    del held[:count]
+            rc = self._sync(self._ptr_cdata, WAIT_SLICE_MS)  # in slices, so that Ctrl-C can end it
+            if rc:
+                if rc == _SYNC_TIMEOUT:
+                    rc = wait_in_slices(partial(self._sync, self._ptr_cdata), -1, _SYNC_TIMEOUT)
+                if rc:
+                    raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
+            if groups:
                 return
-            raise self._failure(rc, "aclrtSynchronizeStream", upto)
+            progress = self._progress
+            if upto > progress[0]:
+                progress[0] = upto
+                progress[2] = _now()
+            if self._sealed:
+                self._let_go(held, count, upto)
+            else:
+                del held[:count]
+            return
         self._synchronize(_timeout_ms(timeout))
 
-    def _synchronize(self, ms: int, slice_ms: int = 0) -> None:
-        """:meth:`synchronize` past its fast path: wait ``ms`` milliseconds at most (-1: no limit).
-        With ``slice_ms``, wait with no limit in C calls of at most that long: Python runs signal
-        handlers only between C calls, so Ctrl-C can end the wait (hcclpy.host's blocking calls)."""
-        bound = _ffi.api()
+    def _synchronize(self, ms: int) -> None:
+        """:meth:`synchronize` past its fast path: wait ``ms`` milliseconds at most (-1: no limit),
+        in C calls Ctrl-C can come between (see :mod:`hcclpy.runtime._waits`)."""
         cdata = self._cdata()
         held = self._held
         count = len(held)
         upto = _trace.mark()
         groups = groups_open  # before the wait: see synchronize()
-        if slice_ms:
-            name = "aclrtSynchronizeStreamWithTimeout"
-            rc = bound.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
-            while rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
-                rc = bound.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
-        elif ms < 0:
-            rc, name = bound.aclrtSynchronizeStream(cdata), "aclrtSynchronizeStream"
-        else:
-            rc, name = bound.aclrtSynchronizeStreamWithTimeout(cdata, ms), "aclrtSynchronizeStreamWithTimeout"
+        rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeStreamWithTimeout, cdata), ms, _SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, name, upto)
+            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
         if not groups:  # see groups_open
             _trace.completed(self._progress, upto)
             self._let_go(held, count, upto)
@@ -319,7 +315,7 @@ class Stream:
     def _failure(self, rc: int, name: str, upto: int) -> Exception:
         """The exception for a wait that returned ``rc``. Anything but the wait's own timeout means
         queued work failed, and the stream with it, for good."""
-        if rc != AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+        if rc != _SYNC_TIMEOUT:
             self._failed = True
             _trace.failed(self._progress, upto)
         return _ffi.acl_failure(rc, name)
@@ -332,7 +328,7 @@ class Stream:
         upto = _trace.mark()
         groups = groups_open  # before the C call: see synchronize()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
-        if rc == AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+        if rc == _SYNC_TIMEOUT:
             return False
         if rc:
             raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
