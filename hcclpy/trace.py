@@ -21,7 +21,8 @@ second) when an operation fails: it times out, detects a desync, fails with an
 :class:`~hcclpy.HcclError`, or finds another rank gone or failed (a
 :class:`~hcclpy.RemoteRankError`). A wait that merely gives up (``Stream.synchronize(timeout=)``,
 ``Event.synchronize(timeout=)``) dumps too, as it is often the first sign of a stall, but only when
-operations were queued since the last such dump: a program that polls does not rewrite it.
+operations were queued since the last such dump: a program that polls does not rewrite it. A
+process also dumps on SIGTERM, the signal launchers stop a job with, before it ends by it.
 ``hcclpy trace merge DIR`` merges the dumps of all ranks and says which rank is behind.
 
 Examples
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -283,4 +285,29 @@ def _serve_dump_requests() -> None:
     threading.Thread(target=serve, name="hcclpy-dump-on-stop", daemon=True).start()
 
 
+def _dump_on_sigterm() -> None:
+    """With ``HCCLPY_TRACE_DIR`` set: a SIGTERM handler that dumps, then ends the process by
+    SIGTERM as it would have ended without one. SIGTERM is how torchrun, srun and mpirun stop a
+    job (before SIGKILL), so a job they stop while it hangs leaves its dumps too. The handler runs
+    within 0.1 s of the signal even while the main thread waits for a stream (hcclpy's waits
+    return to Python that often: :mod:`hcclpy.runtime._waits`). Installed only from the main
+    thread and only over the default action: a program's own handler is left alone. A process
+    forked after the import (a data-loader worker) holds a copy of the parent's records, so it
+    does not dump them as its own."""
+    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    if (not directory or not _trace.enabled or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return
+    installed_by = os.getpid()
+
+    def dump_then_terminate(signum: int, frame: Any) -> None:
+        if os.getpid() == installed_by:
+            _dump_into(directory)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, dump_then_terminate)
+
+
 _serve_dump_requests()
+_dump_on_sigterm()

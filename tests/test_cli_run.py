@@ -597,9 +597,11 @@ x = hcclpy.from_numpy(np.ones(4, np.float32), device=comm.device)
 comm.all_reduce(x, stream=stream)
 stream.synchronize()
 if comm.rank == 1:
+    print("stuck", flush=True)
     time.sleep(600)  # stuck outside hcclpy
 comm.all_reduce(x, stream=stream)
-stream.synchronize()  # rank 0 waits here, inside C, where no signal handler runs
+print("stuck", flush=True)
+stream.synchronize()  # rank 0 waits here, for a peer that never comes
 """
 
 
@@ -614,6 +616,61 @@ def test_a_job_stopped_at_its_timeout_leaves_the_ranks_dumps(tmp_path):
     merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
                             text=True, timeout=TIMEOUT)
     assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+
+
+def test_a_job_stopped_by_sigterm_leaves_the_ranks_dumps(tmp_path):
+    # torchrun, srun and mpirun stop a job with SIGTERM. With HCCLPY_TRACE_DIR set, each rank dumps
+    # (rank 0 while it waits for a collective), then ends by SIGTERM as it would have without hcclpy.
+    traces = tmp_path / "traces"
+    path = script(tmp_path, STUCK_IN_A_COLLECTIVE)
+    env = {key: value for key, value in os.environ.items()
+           if key not in FOREIGN_RANK_VARIABLES and key != "HCCLPY_DUMP_PIPE"}
+    env.update(HCCLPY_TRACE_DIR=str(traces), HCCL_EXEC_TIMEOUT="600", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    job = [subprocess.Popen([sys.executable, path], env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        for rank in job:
+            assert rank.stdout.readline() == "stuck\n", rank.stderr.read() if rank.poll() is not None else ""
+        time.sleep(0.3)  # rank 0 is in its wait
+        for rank in job:
+            rank.send_signal(signal.SIGTERM)
+        codes = [rank.wait(TIMEOUT) for rank in job]
+    finally:
+        for rank in job:
+            rank.kill()
+    assert codes == [-signal.SIGTERM] * 2, [rank.stderr.read() for rank in job]
+    assert len(list(traces.glob("hcclpy-trace-*[0-9].json"))) == 2, sorted(traces.iterdir())
+    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
+                            text=True, timeout=TIMEOUT)
+    assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+
+
+def test_the_sigterm_dump_leaves_a_program_s_own_handler_and_forked_children_alone(tmp_path):
+    traces = tmp_path / "traces"
+    program = """
+    import os, signal, sys
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))  # the program's own handler, set first
+    import hcclpy
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        import hcclpy.trace
+        hcclpy.trace._dump_on_sigterm()  # installed in the child...
+        pid = os.fork()  # ...whose own child inherits it
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        os._exit(100 + os.waitstatus_to_exitcode(status))
+    _, status = os.waitpid(child, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    """
+    done = subprocess.run([sys.executable, script(tmp_path, program)], capture_output=True, text=True,
+                          env=dict(os.environ, HCCLPY_TRACE_DIR=str(traces)), timeout=TIMEOUT)
+    # The program's handler ran (exit 7); the forked grandchild ended by SIGTERM without dumping.
+    assert (done.returncode, done.stdout) == (7, f"{100 - signal.SIGTERM}\n"), done.stderr
+    assert not traces.exists() or not list(traces.iterdir())
 
 
 def test_a_process_without_the_launchers_pipe_serves_no_dumps(monkeypatch):
