@@ -605,6 +605,14 @@ stream.synchronize()  # rank 0 waits here, for a peer that never comes
 """
 
 
+def assert_both_dumped_and_rank_1_behind(traces: Path) -> None:
+    """Both ranks of STUCK_IN_A_COLLECTIVE dumped, and the merge of the dumps names rank 1."""
+    assert len(list(traces.glob("hcclpy-trace-*[0-9].json"))) == 2, sorted(traces.iterdir())
+    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
+                            text=True, timeout=TIMEOUT)
+    assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+
+
 def test_a_job_stopped_at_its_timeout_leaves_the_ranks_dumps(tmp_path):
     # With HCCLPY_TRACE_DIR set, the launcher asks every rank for its flight recorder before it
     # stops them; the merge then says who is behind. Before, a job killed this way left nothing.
@@ -612,10 +620,7 @@ def test_a_job_stopped_at_its_timeout_leaves_the_ranks_dumps(tmp_path):
     env = {**os.environ, "HCCLPY_TRACE_DIR": str(traces), "HCCL_EXEC_TIMEOUT": "600"}
     result = hcclpy_run("-n", "2", "--timeout", "5", script(tmp_path, STUCK_IN_A_COLLECTIVE), env=env)
     assert result.returncode == 124, result.stderr
-    assert len(list(traces.glob("hcclpy-trace-*[0-9].json"))) == 2, sorted(traces.iterdir())
-    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
-                            text=True, timeout=TIMEOUT)
-    assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+    assert_both_dumped_and_rank_1_behind(traces)
 
 
 def test_a_job_stopped_by_sigterm_leaves_the_ranks_dumps(tmp_path):
@@ -640,10 +645,7 @@ def test_a_job_stopped_by_sigterm_leaves_the_ranks_dumps(tmp_path):
         for rank in job:
             rank.kill()
     assert codes == [-signal.SIGTERM] * 2, [rank.stderr.read() for rank in job]
-    assert len(list(traces.glob("hcclpy-trace-*[0-9].json"))) == 2, sorted(traces.iterdir())
-    merged = subprocess.run([sys.executable, "-m", "hcclpy", "trace", "merge", str(traces)], capture_output=True,
-                            text=True, timeout=TIMEOUT)
-    assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
+    assert_both_dumped_and_rank_1_behind(traces)
 
 
 def test_the_sigterm_dump_leaves_a_program_s_own_handler_and_forked_children_alone(tmp_path):
