@@ -196,3 +196,25 @@ def test_a_timeout_names_the_operation_by_its_flight_recorder_number(kind: str) 
     expected = "all_reduce #2" if kind == "collective" else "send p2p #2"
     assert f"{expected} timed out after 1 s" in first["message"], first
     assert first["label"].startswith("#2 all_reduce" if kind == "collective" else "p2p #2 send"), first
+    assert "deadlock" not in first["message"], first  # rank 1 waits in no send of its own
+
+
+def _both_send_first(rank: int, size: int, info: bytes) -> str:
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
+        stream = comm.device.create_stream()
+        x = hcclpy.from_numpy(np.ones(4, np.float32), device=rank)
+        comm.send(x, 1 - rank, stream=stream)
+        comm.recv(x, 1 - rank, stream=stream)
+        with pytest.raises(hcclpy.CommTimeoutError) as failure:
+            stream.synchronize(timeout=30)
+        return str(failure.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_send_send_deadlock_is_named_as_such() -> None:
+    for rank, message in enumerate(ranks.run_threads(_both_send_first, 2, timeout=90)):
+        # The rank that timed out first explains; the other reports its failure.
+        timed_out = 1 - rank if "failed first" in message else rank
+        assert (f"send p2p #1 timed out after 1 s (HCCL_EXEC_TIMEOUT / hcclExecTimeOut): waiting for rank(s) "
+                f"{1 - timed_out}; rank {1 - timed_out} is itself waiting for rank {timed_out} to receive a send: "
+                "both ranks send before they receive (a send/send deadlock)") in message, message

@@ -723,6 +723,25 @@ static bool waiting_on(op_task_t *op, uint32_t r)
     return false;
 }
 
+/* Whether a send of this operation waits for a peer that has posted a send to this rank that no
+ * receive of this rank has matched yet (`peer`): neither can go on until the other receives. */
+static bool sends_into_a_send(op_task_t *op, uint32_t *peer)
+{
+    hccl_comm_t *comm = op->comm;
+    for (uint32_t i = 0; i < op->item_count; i++) {
+        const HcclSendRecvItem *item = &op->items[i];
+        if (item->sendRecvType != HCCL_SEND || op->item_state[i] != ITEM_POSTED)
+            continue;
+        uint32_t r = item->remoteRank;
+        const p2p_out_t *theirs = &slot_p2p_out(comm, r)[comm->rank];
+        if (atomic_load_explicit(&theirs->posted, memory_order_acquire) > comm->recv_seq[r]) {
+            *peer = r;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Names the ranks an operation is still waiting for. */
 static void describe_wait(op_task_t *op, char *out, size_t len)
 {
@@ -742,8 +761,15 @@ static void describe_wait(op_task_t *op, char *out, size_t len)
             return;
         }
     }
-    if (listed == 0)
+    if (listed == 0) {
         snprintf(out, len, "waiting for the other ranks");
+        return;
+    }
+    uint32_t peer;
+    if (sends_into_a_send(op, &peer) && used < len)
+        snprintf(out + used, len - used, "; rank %u is itself waiting for rank %u to receive a send: both ranks "
+                 "send before they receive (a send/send deadlock); post the receive first on one of them, or "
+                 "pair each send with its receive in one batch_send_recv", peer, comm->rank);
 }
 
 /* Fails when the communicator broke elsewhere, or when a rank this operation
@@ -814,7 +840,7 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
         if (op->started && op->deadline_ns == 0)
             op->deadline_ns = comm->exec_timeout_ns > 0 ? now + comm->exec_timeout_ns : SIM_NO_DEADLINE;
         if (op->started && now > op->deadline_ns) {
-            char waiting[256];
+            char waiting[512];
             describe_wait(op, waiting, sizeof waiting);
             double seconds = (double)comm->exec_timeout_ns / 1e9;
             return fail(op, hccl_error(HCCL_E_TIMEOUT, "%s timed out after %.3g s (HCCL_EXEC_TIMEOUT / "
