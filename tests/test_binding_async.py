@@ -112,3 +112,20 @@ def test_ctrl_c_ends_a_wait_for_a_collective_whose_peer_is_late(tmp_path: Path) 
                                                                                    "interrupted"), first
     assert all(first[k + " waited long enough"] for k in ("stream", "event", "device")), first
     assert first["result"] == second["result"] == [3.0] * 64
+
+
+def test_an_event_recorded_on_an_idle_stream_is_reached_at_once() -> None:
+    # As on a device: the record does not wait for a synchronisation (or the stream's worker) to
+    # run, so an event that starts a timed loop is stamped when it was recorded, not when the
+    # loop's calls were synchronised (which left their queueing out of the time measured).
+    device = hcclpy.Device(0)
+    with device.create_stream() as stream:
+        event = device.create_event()
+        try:
+            event.record(stream)  # the first record on a stream starts its worker, which takes a while
+            event.synchronize()
+            for _ in range(5):
+                event.record(stream)
+                assert event.query(), "the record on an idle stream waited to be run"
+        finally:
+            event.close()

@@ -82,22 +82,34 @@ def _raw(array: DeviceArray) -> DeviceArray:
     return array.view(DataType.UINT16) if array.dtype == DataType.BFP16 else array
 
 
+def _scrambled(count: int) -> np.ndarray:
+    """A value in [0, 65536) per position that never repeats with a period (splitmix64's mixing
+    of the position): a block in the wrong place differs from the right one at most positions,
+    whatever the block size. Values that repeated every m positions let a collective that put
+    the wrong block in place pass the check whenever blocks were a multiple of m elements."""
+    x = np.arange(count, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (x ^ (x >> np.uint64(31))) >> np.uint64(48)
+
+
 def _pattern(rank: int, count: int, op: Optional[ReduceOp], nranks: int) -> np.ndarray:
-    """Rank ``rank``'s input: small integers whose reduction over ranks stays exact in int8, and
-    that tell the reduce operations apart (and, for operations that only move data, the ranks)."""
-    index = np.arange(count)
+    """Rank ``rank``'s input: small integers whose reduction over ranks stays exact in int8, that
+    tell the reduce operations apart (and, for operations that only move data, the ranks), and
+    that differ from position to position without a period (see :func:`_scrambled`)."""
+    index, scrambled = np.arange(count), _scrambled(count)
     if op is None:
-        # rank + nranks * (position mod m): values from different ranks differ at every position,
+        # rank + nranks * (something mod m): values from different ranks differ at every position,
         # so data that stayed where it was (an all-to-all that moved nothing) is always caught.
-        return (rank + nranks * (index % max(120 // nranks, 1))).astype(np.float64)
+        return (rank + nranks * (scrambled % max(120 // nranks, 1))).astype(np.float64)
     if op == ReduceOp.PROD:
-        # Two ranks contribute more than 1 at each position: 2 or 3 (by position) and 2. Their
-        # product (4 or 6) differs from the max, the min and, at half the positions at least, the sum.
+        # Two ranks contribute more than 1 at each position: 2 or 3 and 2. Their product (4 or 6)
+        # differs from the max, the min and, where the first is 3, the sum.
         first, second = index % nranks == rank, (index + 1) % nranks == rank
-        return np.where(first, 2.0 + index % 2, np.where(second & (nranks > 1), 2.0, 1.0))
+        return np.where(first, 2.0 + (scrambled >> np.uint64(15)), np.where(second & (nranks > 1), 2.0, 1.0))
     if op in (ReduceOp.MAX, ReduceOp.MIN):
-        return ((3 * rank + index) % 11).astype(np.float64)
-    return ((rank + index) % 5).astype(np.float64)
+        return ((3 * rank + scrambled) % 11).astype(np.float64)
+    return ((rank + scrambled) % 5).astype(np.float64)
 
 
 def _combine(inputs: list, op: ReduceOp) -> np.ndarray:

@@ -112,7 +112,7 @@ def check_output(path: str) -> None:
     if not os.path.isdir(directory):
         raise ValueError(f"the directory {directory} does not exist")
     if os.path.isdir(path):
-        raise ValueError("it is a directory, not a file")
+        raise ValueError(f"{path} is a directory, not a file")
     if not os.access(path if os.path.exists(path) else directory, os.W_OK):
         raise ValueError("no permission to write it" if os.path.exists(path) else
                          f"no permission to create a file in {directory}")

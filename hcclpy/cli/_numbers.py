@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 
 from .._units import parse_bytes
 
-__all__ = ["byte_size", "non_negative_int", "port", "positive_int", "seconds"]
+__all__ = ["byte_size", "non_negative_int", "one_of", "port", "positive_int", "real", "seconds"]
 
 Number = TypeVar("Number", int, float)
 
@@ -33,6 +33,24 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def one_of(*allowed: int) -> Callable[[str], int]:
+    """The type of an option that takes one of the whole numbers ``allowed``."""
+    listed = ", ".join(map(str, allowed))
+
+    def convert(text: str) -> int:
+        value = _number(text, int, f"one of {listed}")
+        if value not in allowed:
+            raise argparse.ArgumentTypeError(f"must be one of {listed}, got {value}")
+        return value
+
+    return convert
+
+
+def real(text: str) -> float:
+    """A number (its range is the option's to check)."""
+    return _number(text, float, "a number")
 
 
 def port(text: str) -> int:

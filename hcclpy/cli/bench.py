@@ -34,8 +34,8 @@ calls and each exchange of their times), not the run: a long run that makes prog
 short. A run that stops early (a wait past ``--timeout``, a failure such as a rank gone, SIGINT or
 SIGTERM) prints one line ``hcclpy bench: ...`` on stderr saying where it stopped, and rank 0 still
 prints the footer and writes ``--json`` (``"complete": false`` and ``"stopped"`` saying why),
-``--csv`` and ``--plot`` for the rows measured so far. A signal is acted on once the wait in
-progress returns.
+``--csv`` and ``--plot`` for the rows measured so far. A signal is acted on within 0.1 s, even
+during a wait (hcclpy's waits return to Python that often).
 
 Exit status: 0 when every checked result was right; 1 when one was wrong; 2 for bad arguments;
 3 when an operation failed (:class:`~hcclpy.HcclpyError`, a rank gone, say); 124 when a wait ran
@@ -101,7 +101,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "rounded down to a multiple of it, as in nccl-tests")
     parser.add_argument("-e", "--maxbytes", type=_numbers.byte_size, default=64 << 20, metavar="SIZE",
                         help="largest size (default 64M)")
-    parser.add_argument("-f", "--stepfactor", type=float, default=None, metavar="F",
+    parser.add_argument("-f", "--stepfactor", type=_numbers.real, default=None, metavar="F",
                         help="factor between sizes, above 1 (default 2 when -i is not given); -f 1 -i SIZE steps "
                         "by SIZE, as nccl-tests; -f above 1 with -i is refused")
     parser.add_argument("-i", "--stepbytes", type=_numbers.byte_size, default=None, metavar="SIZE",
@@ -117,14 +117,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-n", "--iters", type=_numbers.non_negative_int, default=0, metavar="N",
                         help="timed calls per size; 0 (default): 1,000 up to 256 KiB, then 256 MiB / size, "
                         "at least 20 (each row's count is in --json and --csv)")
-    parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
+    parser.add_argument("-c", "--check", type=_numbers.one_of(0, 1), default=1, metavar="{0,1}",
                         help="check results (default 1); with 0 the #wrong columns show N/A")
-    parser.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=1,
+    parser.add_argument("-a", "--average", type=_numbers.one_of(0, 1, 2, 3), default=1, metavar="{0,1,2,3}",
                         help="time reported: 0 rank 0, 1 mean over ranks (default), 2 minimum, 3 maximum")
     parser.add_argument("--hccl-test", action="store_true",
                         help="also print hccl_test's table (size, aveg_time, alg_bandwidth, check_result)")
-    parser.add_argument("-g", "--ranks", type=int, default=None, metavar="N",
-                        help="without a launcher: start N local ranks through 'hcclpy run'")
+    parser.add_argument("-g", "--ranks", type=_numbers.positive_int, default=None, metavar="N",
+                        help="without a launcher: start N local ranks through 'hcclpy run' (under a launcher, "
+                        "the launcher decides)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--csv", metavar="FILE", help="also write the results as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="also plot busbw and time against size (matplotlib)")
@@ -222,9 +223,13 @@ def run(args: argparse.Namespace) -> int:
     from ..bootstrap import detect_launch
 
     # Everything that can be checked without the ranks is, before any rank starts.
-    if args.ranks is not None and args.ranks < 1:
-        args.parser.error(f"-g {args.ranks}: the number of ranks must be at least 1")
-    launch = detect_launch()
+    try:
+        launch = detect_launch()
+    except ValueError as exc:  # a launcher's variables that say no rank
+        args.parser.error(str(exc))
+    if args.ranks is not None and launch.launcher != "none" and args.ranks != launch.world_size and launch.rank == 0:
+        print(f"hcclpy bench: -g {args.ranks} is ignored: this job's launcher started "
+              f"{launch.world_size} rank(s)", file=sys.stderr, flush=True)
     relaunch = args.ranks is not None and args.ranks > 1 and launch.launcher == "none"
     nranks = args.ranks if relaunch else launch.world_size if launch.launcher != "none" else 1
     byte_sizes = _sizes(args, nranks)
@@ -234,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         _check_devices(args)
         return _launch_ranks(args, _without_ranks(args.argv))
     try:
-        return _measure(args, byte_sizes)
+        return _measure(args, byte_sizes, nranks, launch.rank)
     except KeyboardInterrupt:  # a Ctrl-C before bench handles signals itself: a status, not a traceback
         return 128 + signal.SIGINT
     except _Stopped as exc:  # a signal in the instant between the measurement and the report
@@ -366,15 +371,16 @@ class _StopOnce:
             raise _Stopped(signum)
 
 
-def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
-    """Measure as one rank: rank 0 prints each row as it is measured, then the footer and the files,
-    also when the run stops early (see the module docstring)."""
+def _measure(args: argparse.Namespace, byte_sizes: List[int], nranks: int, rank: int) -> int:
+    """Measure as rank ``rank`` of ``nranks`` (as the launcher says): rank 0 prints each row as it
+    is measured, then the footer and the files, also when the run stops early, at start-up too
+    (see the module docstring)."""
     import hcclpy
     from ..bench import measure as m, report
 
     comm: Any = None
     timer: Optional[m.Timer] = None
-    meta: Optional[Dict[str, Any]] = None
+    meta = _meta(args, nranks)
     rows: List[m.Row] = []
     status, stopped = 0, None
     handler = _StopOnce()
@@ -382,27 +388,26 @@ def _measure(args: argparse.Namespace, byte_sizes: List[int]) -> int:
         try:
             try:
                 comm = hcclpy.init(timeout=args.timeout)
+                meta["backend"] = hcclpy.backend()
                 _check_ranks(args, comm.size)
                 _check_memory(args, comm, byte_sizes)
-                meta = _meta(args, comm)
-                if comm.rank == 0:
+                if rank == 0:
                     report.header(meta, sys.stdout)
                 timer = m.Timer(comm, args.operation, _datatype(args), hcclpy.ReduceOp[args.op.upper()], args.root,
                                 warmup=args.warmup_iters, iters=args.iters, check=bool(args.check),
                                 average=args.average, timeout=args.timeout)
                 for nbytes in byte_sizes:
                     rows.append(timer.row(nbytes))
-                    if comm.rank == 0:
+                    if rank == 0:
                         report.print_row(rows[-1], meta, sys.stdout)
             except (hcclpy.HcclpyError, _Stopped) as exc:
                 handler.armed = False  # a signal from here on waits for the report
                 status, stopped = _stop_status(exc, timer.where if timer else f"{args.operation}, starting", args)
-                rank = comm.rank if comm is not None else None
                 if not isinstance(exc, _Stopped) or rank == 0:  # a signal reaches every rank: one line is enough
-                    who = f"rank {rank}: " if rank is not None and comm.size > 1 else ""
+                    who = f"rank {rank}: " if nranks > 1 else ""
                     print(f"hcclpy bench: {who}{stopped}", file=sys.stderr, flush=True)
             handler.armed = False
-            if meta is not None and comm.rank == 0:
+            if rank == 0:
                 _report(args, rows, {**meta, "complete": stopped is None, "stopped": stopped})
             if status == 0 and report.wrong_elements(rows):
                 status = 1
@@ -423,14 +428,13 @@ def _stop_status(exc: BaseException, where: str, args: argparse.Namespace) -> Tu
     return EXIT_FAILED, f"failed at {where}: {type(exc).__name__}: {detail}"
 
 
-def _meta(args: argparse.Namespace, comm: Any) -> Dict[str, Any]:
+def _meta(args: argparse.Namespace, nranks: int) -> Dict[str, Any]:
     """What the header, the JSON and the CSV say about the run."""
-    import hcclpy
     from ..bench import measure as m, report
     from ..bench.cases import OPERATIONS
 
     _, reduces, rooted, _ = OPERATIONS[args.operation]
-    return {"operation": args.operation, "nranks": comm.size, "backend": hcclpy.backend(),
+    return {"operation": args.operation, "nranks": nranks, "backend": None,  # known once the libraries load
             "type": report.TYPE_NAMES[_datatype(args).name], "redop": args.op if reduces else "none",
             "root": args.root if rooted else -1, "warmup": args.warmup_iters, "iters": args.iters or "auto",
             "check": bool(args.check), "average": m.AVERAGES[args.average]}

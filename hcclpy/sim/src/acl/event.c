@@ -295,8 +295,12 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
         event->stream = stream;
         event->index = sim_stream_enqueued(stream) + 1;
     }
-    sim_stream_enqueue(stream, &task->base);
+    uint64_t place = sim_stream_enqueue(stream, &task->base);
     pthread_mutex_unlock(&event->lock);
+    /* On an idle stream the record runs now, as a device reaches it at once: run when the stream
+     * is synchronised, it would take that time, and an event timing calls queued after it would
+     * leave out the time spent queueing them. */
+    sim_stream_start(stream, place);
     return ACL_SUCCESS;
 }
 
