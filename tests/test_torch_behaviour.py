@@ -199,6 +199,34 @@ def test_async_work_overlaps_with_the_caller(tmp_path: Any) -> None:
     assert second == {"result": 3.0}
 
 
+def _futures(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    tr.init(rank, size, directory, timeout=30.0)
+    try:
+        late = 0
+        for _ in range(200):  # a future taken before wait() is done once wait() returns
+            work = dist.all_reduce(torch.ones(8), async_op=True)
+            future = work.get_future()
+            work.wait()
+            late += not future.done()
+        # A callback that runs a collective and waits for it, as DDP's communication hooks do
+        # (PowerSGD): the operation it queues must not wait for the thread running the callback.
+        first = dist.all_reduce(torch.ones(1 << 20), async_op=True)
+
+        def callback(future: Any) -> torch.Tensor:
+            return dist.all_reduce(torch.full((2,), future.value()[0][0].item()), async_op=True).get_future().wait()[0]
+
+        chained = first.get_future().then(callback).wait()
+        return {"late": late, "chained": chained.tolist()}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_futures_settle_before_wait_returns_and_their_callbacks_may_run_collectives(tmp_path: Any) -> None:
+    out = ranks.run_processes(_futures, 2, str(tmp_path), timeout=90)
+    assert out == [{"late": 0, "chained": [4.0, 4.0]}] * 2
+
+
 def _timeout(rank: int, size: int, info: bytes, directory: str) -> str:
     gloo = tr.init(rank, size, directory, timeout=2.0)
     try:

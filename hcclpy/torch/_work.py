@@ -48,21 +48,38 @@ class Work(dist.Work):
         self._outputs = outputs
         self._timeout = timeout
         self._on_wait = on_wait  # starts the operation when it waits for a wait (held sends)
-        self._done = threading.Event()
+        self._done = threading.Event()  # set once the outcome is known and the future settled
+        self._finished = False  # the outcome is known (under _lock)
         self._error: Optional[BaseException] = None
         self._future: Optional[Future] = None
         self._lock = threading.Lock()
 
     # Called by whoever ran the operation.
     def finish(self, error: Optional[BaseException] = None) -> None:
+        """Record the outcome (the first one stands), settle the future if one was asked for, then
+        let ``wait()`` return: a future taken before ``wait()`` is done when it returns.
+
+        Settling a future runs its callbacks (``then``), which may queue operations of this
+        process group and wait for them, as DDP's communication hooks do. On the executor's
+        thread that would wait forever for the thread itself, so there a thread of its own settles
+        it."""
         with self._lock:
-            if self._done.is_set():  # the first outcome stands
+            if self._finished:
                 return
-            self._error = error
-            self._done.set()
+            self._finished, self._error = True, error
             future = self._future
-        if future is not None:
-            _settle(future, self._outputs, error)
+        if future is None:
+            self._done.set()
+        elif getattr(_executor_thread, "running", False):
+            threading.Thread(target=self._settle, args=(future,), name="hcclpy-future", daemon=True).start()
+        else:
+            self._settle(future)
+
+    def _settle(self, future: Future) -> None:
+        try:
+            _settle(future, self._outputs, self._error)
+        finally:
+            self._done.set()
 
     def _start(self) -> None:
         on_wait, self._on_wait = self._on_wait, None
@@ -96,11 +113,13 @@ class Work(dist.Work):
     def get_future(self) -> Future:
         self._start()
         with self._lock:
-            if self._future is None:
+            created = self._future is None
+            if created:
                 self._future = Future()
-                if self._done.is_set():
-                    _settle(self._future, self._outputs, self._error)
-            return self._future
+            settle_now = created and self._finished  # finish() found no future to settle
+        if settle_now:
+            _settle(self._future, self._outputs, self._error)
+        return self._future
 
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else "done" if self._done.is_set() else "pending"
@@ -144,7 +163,7 @@ class EventWork(Work):
     def get_future(self) -> Future:
         future = super().get_future()
         with self._lock:
-            if not self._done.is_set() and self._watcher is None:
+            if not self._finished and self._watcher is None:
                 self._watcher = threading.Thread(target=self._settle_from_event, args=(self._timeout,),
                                                  name="hcclpy-event-work", daemon=True)
                 self._watcher.start()
@@ -163,6 +182,9 @@ def completed(description: str, outputs: List[torch.Tensor]) -> Work:
     work = Work(description, outputs, 0.0)
     work.finish()
     return work
+
+
+_executor_thread = threading.local()  # running: this thread is an executor's (see Work.finish)
 
 
 class Executor:
@@ -207,6 +229,7 @@ class Executor:
             self._thread.start()
 
     def _loop(self) -> None:
+        _executor_thread.running = True
         while True:
             with self._lock:
                 while self._busy or not self._queue:
