@@ -114,6 +114,26 @@ def test_a_send_nobody_receives_does_not_hold_up_destroy(tmp_path: Any) -> None:
     assert out == ["BackendTimeoutError, an hcclpy timeout: True", "no send"]
 
 
+def _unmatched_send_in_a_subgroup(rank: int, size: int, info: bytes, directory: str) -> str:
+    tr.init(rank, size, directory, timeout=600.0)
+    quick = dist.new_group([0, 1], timeout=timedelta(seconds=2))
+    outcome = "no send"
+    if rank == 0:
+        try:
+            dist.send(torch.ones(3), 1, group=quick)  # rank 1 never posts the receive
+            outcome = "no error"
+        except RuntimeError as exc:
+            outcome = type(exc).__name__
+    dist.destroy_process_group()  # neither the default group's 600 s nor the store's bound the pending send
+    return outcome
+
+
+@pytest.mark.timeout(120)
+def test_a_send_nobody_receives_times_out_by_its_group_and_destroy_ends_it(tmp_path: Any) -> None:
+    out = ranks.run_processes(_unmatched_send_in_a_subgroup, 2, str(tmp_path), timeout=60)
+    assert out == ["BackendTimeoutError", "no send"]
+
+
 def _created_again(rank: int, size: int, info: bytes, port: int) -> List[float]:
     # The store outlives each group (as torchrun's agent store does), and torch gives the group
     # created again the same prefix: each creation must find its own root infos there.

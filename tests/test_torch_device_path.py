@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -103,12 +103,27 @@ def test_npu_tensor_path_on_simulated_device_memory(tmp_path: Any) -> None:
         assert res["ring"] == [float((rank - 1) % size)] * 2
 
 
-def _failed_on_the_stream(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+@contextlib.contextmanager
+def _four_ones_on_the_device(rank: int, size: int, directory: str) -> Iterator[torch.Tensor]:
+    """The backend as on an NPU (see :func:`_as_npu`), and a tensor of four ones in device memory;
+    the group destroyed and the memory and stream freed afterwards."""
     stream = _as_npu(rank, size, directory)
     memory = hcclpy.empty(4, "float32", device=hcclpy.torch.communicator().device)
     try:
         x = torch.frombuffer((ctypes.c_float * 4).from_address(memory.ptr), dtype=torch.float32)
         x.fill_(1.0)
+        yield x
+    finally:
+        try:
+            dist.destroy_process_group()
+        finally:
+            memory.close()
+            with contextlib.suppress(hcclpy.AclError):  # a failed stream reports its failure on closing too
+                stream.close()
+
+
+def _failed_on_the_stream(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    with _four_ones_on_the_device(rank, size, directory) as x:
         # A desync: the stream fails before it reaches the Work's event.
         work = dist.all_reduce(x, async_op=True) if rank == 0 else dist.broadcast(x, src=0, async_op=True)
         deadline = time.monotonic() + 30
@@ -121,13 +136,6 @@ def _failed_on_the_stream(rank: int, size: int, info: bytes, directory: str) -> 
         except Exception as exc:  # noqa: BLE001 - what the test inspects
             out["wait"] = f"{type(exc).__name__}: {exc}"
         return out
-    finally:
-        try:
-            dist.destroy_process_group()
-        finally:
-            memory.close()
-            with contextlib.suppress(hcclpy.AclError):  # a failed stream reports its failure on closing too
-                stream.close()
 
 
 @pytest.mark.timeout(120)
@@ -136,3 +144,29 @@ def test_a_work_whose_stream_failed_completes_with_the_failure(tmp_path: Any) ->
         assert res["completed"] and not res["success"], (rank, res)
         assert res["wait"] is not None and "the stream that recorded the event failed before reaching it" in \
             res["wait"] and "collective mismatch" in res["wait"], (rank, res["wait"])
+
+
+def _waits_that_give_up(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    with _four_ones_on_the_device(rank, size, directory) as x:
+        if rank == 1:
+            time.sleep(1.5)  # late, well within the group's timeout
+        work = dist.all_reduce(x, async_op=True)
+        out: Dict[str, Any] = {}
+        if rank == 0:
+            try:
+                work.wait(timeout=0.2)
+                out["short_wait"] = "returned"
+            except hcclpy.torch.BackendTimeoutError as exc:
+                out["short_wait"] = f"gave up: {exc}"
+            out["pending"] = not work.is_completed()
+        out["wait"] = work.wait()  # the operation went on, and succeeded
+        out["success"], out["result"] = work.is_success(), x.tolist()
+        return out
+
+
+@pytest.mark.timeout(120)
+def test_a_wait_that_gives_up_leaves_the_work_to_finish(tmp_path: Any) -> None:
+    first, second = ranks.run_processes(_waits_that_give_up, 2, str(tmp_path), timeout=90)
+    assert first.pop("short_wait").startswith("gave up: allreduce on process group"), first
+    assert first == {"pending": True, "wait": True, "success": True, "result": [2.0] * 4}
+    assert second == {"wait": True, "success": True, "result": [2.0] * 4}

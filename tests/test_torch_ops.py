@@ -51,6 +51,10 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
             dist.all_reduce(got, op=dist._make_nccl_premul_sum(0.5))
             want = tr.reduced([t * 0.5 for t in tr.everyone(x, gloo)], "SUM")
             out.append(tr.mismatch(f"all_reduce {dtype} PREMUL_SUM", got, want))
+        near_the_limit = torch.full((3,), 40000.0, dtype=torch.float16)  # the mean fits float16, the sum not
+        dist.all_reduce(near_the_limit, op=dist.ReduceOp.AVG)
+        out.append(tr.mismatch("all_reduce float16 AVG of values whose sum overflows", near_the_limit,
+                               torch.full((3,), 40000.0, dtype=torch.float16)))
         empty = torch.empty(0)
         dist.all_reduce(empty)
         return out

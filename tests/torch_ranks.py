@@ -59,8 +59,8 @@ _FOLD = {"SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": to
 
 def reduced(tensors: Sequence[torch.Tensor], op: str) -> torch.Tensor:
     """The reduction of ``tensors`` in their own dtype (bool: SUM is or, PRODUCT is and)."""
-    if op == "AVG":
-        return functools.reduce(torch.add, tensors) / len(tensors)
+    if op == "AVG":  # each divided first, as NCCL does (and the hcclpy backend)
+        return functools.reduce(torch.add, [t / len(tensors) for t in tensors])
     if tensors[0].dtype == torch.bool and op in ("SUM", "PRODUCT"):
         return functools.reduce(torch.logical_or if op == "SUM" else torch.logical_and, tensors)
     return functools.reduce(_FOLD[op], tensors)

@@ -3,8 +3,8 @@
 Data movement (broadcast, gathers, all-to-all, send/recv) works on any dtype: types HCCL has are
 moved as themselves, the others (bool, complex, float8, ...) as their bytes. Reductions need an HCCL
 type that reduces; as torch_npu does, bool and uint8 tensors are reduced as int32 (bool SUM becomes
-MAX, bool PRODUCT becomes MIN: logical or / and), AVG is SUM followed by a division and PREMUL_SUM
-multiplies the input by its factor first. Complex tensors are summed as pairs of real numbers, as
+MAX, bool PRODUCT becomes MIN: logical or / and), AVG divides each input by the group size, then
+sums (as NCCL does), and PREMUL_SUM multiplies the input by its factor first. Complex tensors are summed as pairs of real numbers, as
 gloo does; their PRODUCT, MIN and MAX are refused.
 """
 
@@ -50,7 +50,7 @@ class Reduction(NamedTuple):
     op: ReduceOp                  # the HCCL operation
     dtype: DataType               # the HCCL type it runs on
     widen: Optional[torch.dtype]  # reduce a copy of this dtype (int32) and copy the result back
-    divide: bool                  # AVG: divide the result by the group size
+    divide: bool                  # AVG: divide the input by the group size first
     factor: Any                   # PREMUL_SUM: multiply the input by this first (a number or a tensor)
     unit: int = 1                 # elements of ``dtype`` per tensor element: 2 for complex (real, imaginary)
 

@@ -48,11 +48,14 @@ def p2p_config(base: Optional[CommConfig], exec_timeout: float) -> CommConfig:
 
 class Channel:
     """Traffic with tag ``tag`` from group rank ``source`` to group rank ``target``, seen from one
-    of the two. ``prefix`` keeps the store keys of one group's creation apart from another's."""
+    of the two. ``prefix`` keeps the store keys of one group's creation apart from another's;
+    ``timeout``: the group's, how long the first transfer waits for the peer to post its side."""
 
     def __init__(self, store: Any, prefix: str, source: int, target: int, tag: int, me: int, device: Device,
-                 config: CommConfig, group_name: str) -> None:
+                 config: CommConfig, group_name: str, timeout: float) -> None:
         self._store = store
+        self._timeout = timeout
+        self._closing = threading.Event()  # close() was called: a wait for the peer ends
         self._key = f"{prefix}p2p/{source}-{target}/{tag}"
         self._sending = me == source
         self._device = device
@@ -80,18 +83,21 @@ class Channel:
             return self._comm
 
     def _wait_for(self, key: str, failure: str) -> bytes:
-        """The value of ``key`` once the peer has set it, within the store's timeout."""
+        """The value of ``key`` once the peer has set it, within the group's timeout (or until the
+        channel is closed)."""
         # Polled, not a blocking get: a TCPStore client serves one request at a time, and a get
         # waiting for this pair's key would hold back the sets of the other directions by the
         # same client, so two ranks that both receive first would each wait for the other's set
         # until the store timed out.
-        timeout = self._store.timeout.total_seconds()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self._timeout
         pause = 0.0005
         while not self._store.check([key]):
             if time.monotonic() > deadline:
-                raise BackendTimeoutError(f"{self._key}: the peer {failure} within the store's timeout of {timeout:g} s")
-            time.sleep(pause)
+                raise BackendTimeoutError(f"{self._key}: the peer {failure} within the group's timeout of "
+                                          f"{self._timeout:g} s")
+            if self._closing.wait(pause):
+                raise RuntimeError(f"{self._key}: the process group was destroyed while this rank waited for the "
+                                   f"peer, which {failure}")
             pause = min(pause * 2, 0.02)
         return self._store.get(key)
 
@@ -107,6 +113,7 @@ class Channel:
         return self._executor.submit(lambda: body(self._connect()), work, blocking=False)
 
     def close(self, timeout: float) -> None:
+        self._closing.set()  # a transfer still waiting for the peer to post its side will not get it
         self._executor.close(timeout)
         with self._lock:
             if self._comm is not None:

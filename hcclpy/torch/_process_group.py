@@ -247,15 +247,17 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
     # ---------------------------------------------------------------------------- reductions
 
     def _reduction_input(self, tensor: torch.Tensor, plan: Reduction) -> torch.Tensor:
-        """The tensor HCCL reduces: ``tensor`` itself, or a widened / pre-multiplied copy."""
+        """The tensor HCCL reduces: ``tensor`` itself, or a widened, pre-multiplied or (AVG)
+        pre-divided copy. AVG divides each input before the sum, as NCCL does: a sum of float16
+        values whose mean fits could overflow to inf."""
         work = tensor if plan.widen is None else tensor.to(plan.widen)
         if plan.factor is not None:
             work = torch.mul(work, plan.factor).to(work.dtype)
+        if plan.divide:
+            work = torch.div(work, self.size()).to(work.dtype)
         return work
 
     def _reduction_output(self, tensor: torch.Tensor, work: torch.Tensor, plan: Reduction) -> None:
-        if plan.divide:
-            work.div_(self.size())
         if work is not tensor:
             tensor.copy_(work)
 
@@ -527,7 +529,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             if channel is None:
                 channel = self._channels[(source, target, tag)] = Channel(
                     self._store, self._keys, source, target, tag, self.rank(), self._device,
-                    p2p_config(self._config, self._timeout), self._label)
+                    p2p_config(self._config, self._timeout), self._label, self._timeout)
             return channel
 
     def _peer(self, peer: int, operation: str) -> int:

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from ..errors import CommTimeoutError
+from ..errors import AclError, AclErrorCode, CommTimeoutError
 
 
 class BackendTimeoutError(CommTimeoutError, dist.DistBackendError):
@@ -90,8 +90,7 @@ class Work(dist.Work):
         self._start()
         limit = seconds(timeout, self._timeout)
         if not self._done.wait(limit):
-            raise BackendTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
-                                   "timeout, or the one given to wait)")
+            raise self._timed_out(limit)
         if self._error is not None:
             raise self._error
         return True
@@ -99,6 +98,10 @@ class Work(dist.Work):
     def is_completed(self) -> bool:
         self._start()
         return self._done.is_set()
+
+    def _timed_out(self, limit: float) -> BackendTimeoutError:
+        return BackendTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
+                                   "timeout, or the one given to wait)")
 
     def is_success(self) -> bool:
         return self._done.is_set() and self._error is None
@@ -137,15 +140,28 @@ class EventWork(Work):
         self._watcher: Optional[threading.Thread] = None
 
     def _settle_from_event(self, timeout: float) -> None:
+        """Finish once the event completes; a wait that gives up first raises BackendTimeoutError
+        and leaves the Work pending (the operation goes on, and may yet succeed)."""
         try:
             self._event.synchronize(timeout)
-        except BaseException as exc:  # the failure of the operation (or of the wait) belongs to this Work
+        except AclError as exc:
+            if exc.code == AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT:
+                raise self._timed_out(timeout) from exc
+            self.finish(exc)  # the operation failed
+        except BaseException as exc:
             self.finish(exc)
         else:
             self.finish()
 
+    def _watch(self) -> None:
+        """The watcher thread of the future: the group's timeout ends the operation for it."""
+        try:
+            self._settle_from_event(self._timeout)
+        except BackendTimeoutError as exc:
+            self.finish(exc)
+
     def wait(self, timeout: Any = None) -> bool:
-        if not self._done.is_set():
+        if not self._finished:
             self._settle_from_event(seconds(timeout, self._timeout))
         return super().wait(timeout)
 
@@ -164,8 +180,7 @@ class EventWork(Work):
         future = super().get_future()
         with self._lock:
             if not self._finished and self._watcher is None:
-                self._watcher = threading.Thread(target=self._settle_from_event, args=(self._timeout,),
-                                                 name="hcclpy-event-work", daemon=True)
+                self._watcher = threading.Thread(target=self._watch, name="hcclpy-event-work", daemon=True)
                 self._watcher.start()
         return future
 
