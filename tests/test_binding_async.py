@@ -129,3 +129,22 @@ def test_an_event_recorded_on_an_idle_stream_is_reached_at_once() -> None:
                 assert event.query(), "the record on an idle stream waited to be run"
         finally:
             event.close()
+
+
+def test_a_wait_that_gives_up_says_how_long_it_waited() -> None:
+    # The waits go to C in slices of 0.1 s: the message is about the whole wait, not the last slice.
+    comms = hcclpy.Communicator.init_all([0, 1])
+    try:
+        x = hcclpy.from_numpy(np.ones(4, np.float32), device=comms[0].device)
+        stream = comms[0].device.create_stream()
+        comms[0].all_reduce(x, stream=stream)  # rank 1 never joins
+        event = comms[0].device.create_event()
+        event.record(stream)
+        for waitable, api in ((stream, "aclrtSynchronizeStreamWithTimeout"), (event, "aclrtSynchronizeEventWithTimeout")):
+            with pytest.raises(hcclpy.CommTimeoutError) as info:
+                waitable.synchronize(timeout=0.35)
+            assert str(info.value).startswith(f"gave up after 0.35 s: {api} failed: "), str(info.value)
+        event.close()
+    finally:
+        for comm in comms:
+            comm.destroy(timeout=0)

@@ -11,7 +11,7 @@ from ._device import Device
 from ._lifetime import attach, close_now
 from . import _stream
 from ._stream import _timeout_ms
-from ._waits import wait_in_slices
+from ._waits import waited, wait_in_slices
 
 if TYPE_CHECKING:
     from ._stream import Stream
@@ -103,13 +103,15 @@ class Event:
         if self._recorded is not None:
             _trace.completed(*self._recorded)
 
-    def _failure(self, rc: int, name: str) -> Exception:
-        """The exception for a wait or query that returned ``rc``. Anything but the wait's own
-        timeout means the recording stream failed before the record: the work queued on it
-        before the record did not all run."""
-        if rc != AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT and self._recorded is not None:
-            _trace.failed(*self._recorded)
-        return _ffi.acl_failure(rc, name)
+    def _failure(self, rc: int, name: str, ms: int = -1) -> Exception:
+        """The exception for a wait (of ``ms`` milliseconds) or query that returned ``rc``.
+        Anything but the wait's own timeout means the recording stream failed before the record:
+        the work queued on it before the record did not all run."""
+        if rc != AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT:
+            if self._recorded is not None:
+                _trace.failed(*self._recorded)
+            return _ffi.acl_failure(rc, name)
+        return _ffi.acl_failure(rc, name, context=waited(ms))
 
     def query(self) -> bool:
         """True if the work before the event's last record has finished; False otherwise, and for
@@ -147,7 +149,7 @@ class Event:
         rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeEventWithTimeout, self._cdata()), ms,
                             AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, "aclrtSynchronizeEventWithTimeout")
+            raise self._failure(rc, "aclrtSynchronizeEventWithTimeout", ms)
         self._seen_complete()
 
     def elapsed_time(self, end: "Event") -> float:

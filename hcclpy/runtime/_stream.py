@@ -12,7 +12,7 @@ from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
 from ._device import Device, check_visible
 from ._lifetime import attach
-from ._waits import WAIT_SLICE_MS, wait_in_slices
+from ._waits import WAIT_SLICE_MS, waited, wait_in_slices
 
 __all__ = ["Stream"]
 
@@ -307,18 +307,19 @@ class Stream:
         groups = groups_open  # before the wait: see synchronize()
         rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeStreamWithTimeout, cdata), ms, _SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
+            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto, ms)
         if not groups:  # see groups_open
             _trace.completed(self._progress, upto)
             self._let_go(held, count, upto)
 
-    def _failure(self, rc: int, name: str, upto: int) -> Exception:
-        """The exception for a wait that returned ``rc``. Anything but the wait's own timeout means
-        queued work failed, and the stream with it, for good."""
+    def _failure(self, rc: int, name: str, upto: int, ms: int = -1) -> Exception:
+        """The exception for a wait (of ``ms`` milliseconds) that returned ``rc``. Anything but the
+        wait's own timeout means queued work failed, and the stream with it, for good."""
         if rc != _SYNC_TIMEOUT:
             self._failed = True
             _trace.failed(self._progress, upto)
-        return _ffi.acl_failure(rc, name)
+            return _ffi.acl_failure(rc, name)
+        return _ffi.acl_failure(rc, name, context=waited(ms))
 
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""

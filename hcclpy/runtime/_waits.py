@@ -16,6 +16,12 @@ from typing import Callable
 WAIT_SLICE_MS = 100  # the longest a wait stays in one C call
 
 
+def waited(ms: int) -> str:
+    """What a wait of ``ms`` milliseconds that gave up says first: the C call's own message is
+    about its last slice. Empty for a wait without a limit (-1), or a query (0)."""
+    return f"gave up after {ms / 1000:g} s" if ms > 0 else ""
+
+
 def wait_in_slices(wait: Callable[[int], int], ms: int, timeout_rc: int) -> int:
     """Call ``wait(milliseconds)``, an AscendCL wait with a timeout, until it returns
     anything but ``timeout_rc`` or ``ms`` milliseconds have passed (-1: no limit); return its code.
