@@ -148,3 +148,46 @@ def test_a_wait_that_gives_up_says_how_long_it_waited() -> None:
     finally:
         for comm in comms:
             comm.destroy(timeout=0)
+
+
+def test_waits_without_a_limit_work_on_a_cann_without_the_timed_waits() -> None:
+    # The timed waits are optional symbols: without them a wait with no limit is one untimed call
+    # (which Ctrl-C cannot end), and a wait with a limit says the function is missing.
+    import gc
+
+    from hcclpy import _ffi
+
+    bound = _ffi.api()
+    timed = ("aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeEventWithTimeout",
+             "aclrtSynchronizeDeviceWithTimeout")
+    saved = {name: getattr(bound, name) for name in timed}
+    # The collector releases streams of earlier tests with the timed wait (to ask whether work is
+    # pending): it runs first, and not while the functions are missing.
+    gc.collect()
+    gc.disable()
+    try:
+        for name in timed:
+            bound.present[name] = False
+            setattr(bound, name, _ffi._missing(name, "an older CANN"))
+        device = hcclpy.Device(0)
+        with device.create_stream() as stream:
+            x = hcclpy.from_numpy(np.ones(4, np.float32), device=device)
+            comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
+            try:
+                comm.all_reduce(x, stream=stream)
+                stream.synchronize()
+                event = device.create_event()
+                event.record(stream)
+                event.synchronize()
+                device.synchronize()
+                for waitable in (stream, event):
+                    with pytest.raises(hcclpy.UnsupportedError, match="WithTimeout is not exported by an older CANN"):
+                        waitable.synchronize(timeout=1)
+                event.close()
+            finally:
+                comm.destroy()
+    finally:
+        for name, function in saved.items():
+            bound.present[name] = True
+            setattr(bound, name, function)
+        gc.enable()

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _ffi
 from ..errors import AclErrorCode, HcclpyError
-from ._waits import wait_in_slices
+from ._waits import wait_for
 
 if TYPE_CHECKING:
     from ._event import Event
@@ -144,9 +144,8 @@ class Device:
     def synchronize(self) -> None:
         """Wait for all work queued on this device's streams."""
         with self:
-            rc = wait_in_slices(_ffi.api().aclrtSynchronizeDeviceWithTimeout, -1,
-                                AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
-            _ffi.check_acl(rc, "aclrtSynchronizeDeviceWithTimeout")
+            _ffi.check_acl(*wait_for(_ffi.api(), "aclrtSynchronizeDeviceWithTimeout", "aclrtSynchronizeDevice", (),
+                                     -1, AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT))
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` device memory in bytes."""

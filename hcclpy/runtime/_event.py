@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _ffi, _trace
@@ -11,7 +10,7 @@ from ._device import Device
 from ._lifetime import attach, close_now
 from . import _stream
 from ._stream import _timeout_ms
-from ._waits import waited, wait_in_slices
+from ._waits import wait_for, waited
 
 if TYPE_CHECKING:
     from ._stream import Stream
@@ -146,10 +145,10 @@ class Event:
     def _synchronize(self, ms: int) -> None:
         """:meth:`synchronize` for ``ms`` milliseconds at most (-1: no limit), in C calls Ctrl-C can
         come between (see :mod:`hcclpy.runtime._waits`)."""
-        rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeEventWithTimeout, self._cdata()), ms,
-                            AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT)
+        rc, name = wait_for(_ffi.api(), "aclrtSynchronizeEventWithTimeout", "aclrtSynchronizeEvent",
+                            (self._cdata(),), ms, AclErrorCode.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, "aclrtSynchronizeEventWithTimeout", ms)
+            raise self._failure(rc, name, ms)
         self._seen_complete()
 
     def elapsed_time(self, end: "Event") -> float:

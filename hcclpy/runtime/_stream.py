@@ -12,7 +12,7 @@ from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
 from ._device import Device, check_visible
 from ._lifetime import attach
-from ._waits import WAIT_SLICE_MS, waited, wait_in_slices
+from ._waits import WAIT_SLICE_MS, wait_for, waited, wait_in_slices
 
 __all__ = ["Stream"]
 
@@ -62,6 +62,18 @@ def held_objects(device_id: int) -> Iterator[Any]:
             yield from holdings.held[:]
             for _mark, segment in holdings.sealed[:]:
                 yield from segment[:]
+
+
+def _whole_wait(untimed: Any) -> Any:
+    """``untimed(stream)`` in the place of the timed wait ``(stream, milliseconds)``: it waits
+    for all the work, so it never returns the timed wait's timeout."""
+    return lambda cdata, ms: untimed(cdata)
+
+
+def _sync_name() -> str:
+    """The name of the function Stream.synchronize() waits with (for its failures)."""
+    timed = "aclrtSynchronizeStreamWithTimeout"
+    return timed if _ffi.has(timed) else "aclrtSynchronizeStream"
 
 
 def _pending(bound: Any, cdata: Any) -> bool:
@@ -147,7 +159,10 @@ class Stream:
         self._sealed = holdings.sealed
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         bound, cdata = _ffi.api(), self._ptr_cdata
-        self._sync = bound.aclrtSynchronizeStreamWithTimeout  # bound once: synchronize() is on the hot path
+        # Bound once: synchronize() is on the hot path. On a CANN without the timed wait, the
+        # untimed one, called once with no limit (see hcclpy.runtime._waits).
+        self._sync = (bound.aclrtSynchronizeStreamWithTimeout if bound.present.get("aclrtSynchronizeStreamWithTimeout")
+                      else _whole_wait(bound.aclrtSynchronizeStream))
         # True once queued work failed (an error, not a wait's timeout): the stream fails for good,
         # so the device replaces a failed default stream (see Device.default_stream).
         self._failed = False
@@ -283,7 +298,7 @@ class Stream:
                 if rc == _SYNC_TIMEOUT:
                     rc = wait_in_slices(partial(self._sync, self._ptr_cdata), -1, _SYNC_TIMEOUT)
                 if rc:
-                    raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
+                    raise self._failure(rc, _sync_name(), upto)
             if groups:
                 return
             progress = self._progress
@@ -305,9 +320,10 @@ class Stream:
         count = len(held)
         upto = _trace.mark()
         groups = groups_open  # before the wait: see synchronize()
-        rc = wait_in_slices(partial(_ffi.api().aclrtSynchronizeStreamWithTimeout, cdata), ms, _SYNC_TIMEOUT)
+        rc, name = wait_for(_ffi.api(), "aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeStream", (cdata,), ms,
+                            _SYNC_TIMEOUT)
         if rc:
-            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto, ms)
+            raise self._failure(rc, name, upto, ms)
         if not groups:  # see groups_open
             _trace.completed(self._progress, upto)
             self._let_go(held, count, upto)

@@ -4,14 +4,16 @@ Python runs signal handlers only between C calls: a program waiting in one C cal
 whose collective hangs would ignore Ctrl-C until the collective times out (``HCCL_EXEC_TIMEOUT``,
 half an hour by default on real CANN). hcclpy's waits therefore call AscendCL's timed waits with
 at most :data:`WAIT_SLICE_MS` at a time. The work waited for stays queued when a
-``KeyboardInterrupt`` ends the wait.
+``KeyboardInterrupt`` ends the wait. The timed waits are optional symbols: on a CANN without one,
+a wait without a limit is one call of the untimed wait, which Ctrl-C cannot end.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from functools import partial
+from typing import Any, Callable, Tuple
 
 WAIT_SLICE_MS = 100  # the longest a wait stays in one C call
 
@@ -20,6 +22,18 @@ def waited(ms: int) -> str:
     """What a wait of ``ms`` milliseconds that gave up says first: the C call's own message is
     about its last slice. Empty for a wait without a limit (-1), or a query (0)."""
     return f"gave up after {ms / 1000:g} s" if ms > 0 else ""
+
+
+def wait_for(bound: Any, timed: str, untimed: str, handle: Tuple[Any, ...], ms: int,
+             timeout_rc: int) -> Tuple[int, str]:
+    """Wait ``ms`` milliseconds at most (-1: no limit) with AscendCL's timed wait ``timed`` (the
+    function's name) on ``handle`` (its arguments before the timeout), in slices; return the code
+    and the name of the function that returned it. On a CANN without ``timed``, a wait without a
+    limit calls the untimed ``untimed`` once, and one with a limit raises the UnsupportedError of
+    the missing function."""
+    if ms < 0 and not bound.present.get(timed):
+        return getattr(bound, untimed)(*handle), untimed
+    return wait_in_slices(partial(getattr(bound, timed), *handle), ms, timeout_rc), timed
 
 
 def wait_in_slices(wait: Callable[[int], int], ms: int, timeout_rc: int) -> int:

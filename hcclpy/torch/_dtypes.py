@@ -4,8 +4,8 @@ Data movement (broadcast, gathers, all-to-all, send/recv) works on any dtype: ty
 moved as themselves, the others (bool, complex, float8, ...) as their bytes. Reductions need an HCCL
 type that reduces; as torch_npu does, bool and uint8 tensors are reduced as int32 (bool SUM becomes
 MAX, bool PRODUCT becomes MIN: logical or / and), AVG divides each input by the group size, then
-sums (as NCCL does), and PREMUL_SUM multiplies the input by its factor first. Complex tensors are summed as pairs of real numbers, as
-gloo does; their PRODUCT, MIN and MAX are refused.
+sums (as NCCL does), and PREMUL_SUM multiplies the input by its factor first. Complex tensors are
+summed as pairs of real numbers, as gloo does; their PRODUCT, MIN and MAX are refused.
 """
 
 from __future__ import annotations

@@ -437,8 +437,8 @@ static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *a
         sim_stream_unref(target.stream);
     event_unref(event);
     if (rc == SIM_TASK_AGAIN)
-        return sim_error(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: the event did not complete within the %d ms this call waited", api,
-                         (int)timeout_ms);
+        return sim_error(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: the event did not complete within the %d ms this "
+                         "call waited", api, (int)timeout_ms);
     return rc;
 }
 
