@@ -8,6 +8,7 @@ fallen asleep after a quiet spell.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import List, Tuple
@@ -186,8 +187,24 @@ def test_waits_without_a_limit_work_on_a_cann_without_the_timed_waits() -> None:
                 event.close()
             finally:
                 comm.destroy()
+        # A stream left to the collector cannot be asked whether work is pending: it is parked,
+        # not destroyed (which could wait) and not an error in the finalizer.
+        from hcclpy.runtime import _stream
+        unraisable: list = []
+        hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+        try:
+            before = len(_stream._parked)
+            forgotten = device.create_stream()
+            with pytest.warns(ResourceWarning, match="unclosed hcclpy.Stream"):
+                del forgotten
+                gc.collect()
+            assert not unraisable and len(_stream._parked) == before + 1
+        finally:
+            sys.unraisablehook = hook
     finally:
         for name, function in saved.items():
             bound.present[name] = True
             setattr(bound, name, function)
         gc.enable()
+    _stream.destroy_parked()  # with the timed wait back, the idle parked stream goes
+    assert len(_stream._parked) == before

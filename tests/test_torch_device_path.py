@@ -170,3 +170,24 @@ def test_a_wait_that_gives_up_leaves_the_work_to_finish(tmp_path: Any) -> None:
     assert first.pop("short_wait").startswith("gave up: allreduce on process group"), first
     assert first == {"pending": True, "wait": True, "success": True, "result": [2.0] * 4}
     assert second == {"wait": True, "success": True, "result": [2.0] * 4}
+
+
+def test_device_pieces_keep_their_memory_order() -> None:
+    """Tensors that do not lie back to back go through one temporary; channels_last ones must
+    fill it, and be filled from it, in memory order, the order HCCL reads and writes."""
+    from hcclpy.torch._transport import DeviceTransport
+
+    def copy(send: Any, recv: Any, stream: Any) -> None:  # stands for HCCL: moves the bytes in order
+        ctypes.memmove(recv[0], send[0], send[1] * 4)
+
+    def channels_last(values: torch.Tensor) -> torch.Tensor:
+        return values.contiguous(memory_format=torch.channels_last)
+
+    whole = channels_last(torch.arange(48.0).reshape(4, 3, 2, 2))
+    apart = [channels_last(torch.empty(2, 3, 2, 2)) for _ in range(2)]
+    transport = DeviceTransport(comm=None, stream=None)  # type: ignore[arg-type]
+    transport.whole(list(whole.chunk(2)), 48, apart, 48, hcclpy.DataType.FP32, copy)
+    assert [piece.tolist() for piece in apart] == [piece.tolist() for piece in whole.chunk(2)]
+    again = channels_last(torch.empty(4, 3, 2, 2))
+    transport.whole(apart, 48, list(again.chunk(2)), 48, hcclpy.DataType.FP32, copy)
+    assert torch.equal(again, whole) and again.is_contiguous(memory_format=torch.channels_last)

@@ -177,6 +177,54 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
         out += [tr.mismatch(f"uneven all_to_all [{r}]", g, w) for r, (g, w) in enumerate(zip(got, want.split(recv_rows)))]
         return out
 
+    def memory_formats() -> List[Optional[str]]:
+        # channels_last tensors travel in memory order, as NCCL takes them; with every tensor of a
+        # call in the same format that is their logical order too, so gloo's results hold.
+        out = []
+        for form, shape in ((torch.channels_last, (2, 3, 2, 2)), (torch.channels_last_3d, (2, 3, 1, 2, 2))):
+            def dense(values: torch.Tensor) -> torch.Tensor:
+                return values.contiguous(memory_format=form)
+
+            def empty(rows: int) -> torch.Tensor:
+                return torch.empty((rows, *shape[1:])).contiguous(memory_format=form)
+
+            x = dense(tr.data(rank, shape, torch.float32, seed=45))
+            got = x.clone()  # clone keeps the format
+            dist.all_reduce(got)
+            out.append(tr.mismatch(f"all_reduce {form}", got, tr.reduced(tr.everyone(x, gloo), "SUM")))
+            out.append(None if got.is_contiguous(memory_format=form) else f"all_reduce {form} changed the format")
+            got = x.clone()
+            dist.broadcast(got, size - 1)
+            out.append(tr.mismatch(f"broadcast {form}", got, tr.everyone(x, gloo)[size - 1]))
+            everyone = tr.everyone(x, gloo)
+            gathered = [empty(shape[0]) for _ in range(size)]
+            dist.all_gather(gathered, x)
+            out += [tr.mismatch(f"all_gather {form} [{r}]", g, w) for r, (g, w) in enumerate(zip(gathered, everyone))]
+            flat = empty(size * shape[0])
+            dist.all_gather_into_tensor(flat, x)
+            out.append(tr.mismatch(f"all_gather_into_tensor {form}", flat, torch.cat(everyone)))
+            big = dense(tr.data(rank, (size * shape[0], *shape[1:]), torch.float32, seed=46))
+            mine = empty(shape[0])
+            dist.reduce_scatter_tensor(mine, big)
+            want = tr.reduced(tr.everyone(big, gloo), "SUM").chunk(size)[rank]
+            out.append(tr.mismatch(f"reduce_scatter_tensor {form}", mine, want))
+            want, got = empty(size * shape[0]), empty(size * shape[0])
+            dist.all_to_all_single(want, big, group=gloo)
+            dist.all_to_all_single(got, big)
+            out.append(tr.mismatch(f"all_to_all_single {form}", got, want))
+            pieces = [dense(tr.data(rank, shape, torch.float32, seed=47 + r)) for r in range(size)]
+            got = [empty(shape[0]) for _ in range(size)]
+            dist.all_to_all(got, pieces)
+            want = [tr.data(r, shape, torch.float32, seed=47 + rank) for r in range(size)]  # what rank r sent here
+            out += [tr.mismatch(f"all_to_all {form} [{r}]", g, w) for r, (g, w) in enumerate(zip(got, want))]
+            got = empty(shape[0])
+            if rank % 2 == 0 and rank + 1 < size:
+                dist.send(x, rank + 1)
+            elif rank % 2 == 1:
+                dist.recv(got, rank - 1)
+                out.append(tr.mismatch(f"send/recv {form}", got, everyone[rank - 1]))
+        return out
+
     def point_to_point() -> List[Optional[str]]:
         out = []
         right, left = (rank + 1) % size, (rank - 1) % size
@@ -263,8 +311,8 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
         return out
 
     import hcclpy.torch  # noqa: F401
-    return [all_reduce, broadcast_and_reduce, gathers, reduce_scatters, all_to_alls, point_to_point, objects,
-            uneven_functions, async_works]
+    return [all_reduce, broadcast_and_reduce, gathers, reduce_scatters, all_to_alls, memory_formats, point_to_point,
+            objects, uneven_functions, async_works]
 
 
 def _against_gloo(rank: int, size: int, info: bytes, directory: str) -> List[str]:

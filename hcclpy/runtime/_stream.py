@@ -77,8 +77,11 @@ def _sync_name() -> str:
 
 
 def _pending(bound: Any, cdata: Any) -> bool:
-    """True if work queued on the stream has not finished (a stream that failed has none pending)."""
-    return bound.aclrtSynchronizeStreamWithTimeout(cdata, 0) == _SYNC_TIMEOUT
+    """True if work queued on the stream has not finished (a stream that failed has none pending).
+    A CANN without the timed wait cannot tell: its streams count as busy, so the collector parks
+    them for good rather than risk a destroy that waits."""
+    return (not _ffi.has("aclrtSynchronizeStreamWithTimeout")
+            or bound.aclrtSynchronizeStreamWithTimeout(cdata, 0) == _SYNC_TIMEOUT)
 
 
 def _release(bound: Any, cdata: Any, holdings: _Holdings, owned: bool, wait: bool) -> None:

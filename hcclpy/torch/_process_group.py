@@ -26,7 +26,7 @@ from ..rootinfo import RootInfo
 from ..runtime import Device, device_count
 from ._dtypes import Reduction, movement, reduction
 from ._p2p import Channel, p2p_config
-from ._transport import DeviceTransport, HostTransport, npu_stream
+from ._transport import DeviceTransport, HostTransport, in_memory_order, npu_stream
 from ._work import EventWork, Executor, Work
 
 log = logging.getLogger("hcclpy.torch")
@@ -73,6 +73,15 @@ def _options(pg_options: Any, timeout: float) -> Tuple[Optional[CommConfig], Opt
     if config.exec_timeout is None:
         config = CommConfig(**{**vars(config), "exec_timeout": min(timeout, 2**31 - 1)})
     return config, device
+
+
+# The layouts whose elements fill one block of memory, as NCCL accepts them: HCCL reads a tensor
+# from its data pointer in memory order. Rows (the first dimension) stay outermost in all three.
+_MEMORY_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+
+
+def _dense_in(tensor: torch.Tensor, formats: Sequence[torch.memory_format]) -> bool:
+    return any(tensor.is_contiguous(memory_format=form) for form in formats)
 
 
 def _device_type(tensor: torch.Tensor) -> str:
@@ -209,15 +218,22 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                 bit = "conjugate" if t.is_conj() else "negative"
                 raise ValueError(f"{operation}: {argument} holds a tensor whose {bit} bit is set (a lazy view, its "
                                  "memory unchanged); pass tensor.resolve_conj() or tensor.resolve_neg()")
-            if not t.is_contiguous():
+            if not _dense_in(t, _MEMORY_FORMATS):
                 raise ValueError(f"{operation}: {argument} holds a non-contiguous tensor (shape {tuple(t.shape)}, "
-                                 f"strides {t.stride()}); pass tensor.contiguous()")
+                                 f"strides {t.stride()}), dense in none of the contiguous, channels_last and "
+                                 "channels_last_3d memory formats; pass tensor.contiguous()")
         return list(tensors)
 
-    def _same_dtype(self, tensors: Sequence[torch.Tensor], operation: str) -> torch.dtype:
+    def _alike(self, tensors: Sequence[torch.Tensor], operation: str) -> torch.dtype:
+        """The one dtype of ``tensors``, which must also share a memory format: HCCL moves elements
+        in memory order, which is their logical order only when the formats agree."""
         dtypes = {t.dtype for t in tensors}
         if len(dtypes) > 1:
             raise TypeError(f"{operation}: the tensors must share one dtype, got {sorted(map(str, dtypes))}")
+        if not any(all(_dense_in(t, (form,)) for t in tensors) for form in _MEMORY_FORMATS):
+            formats = sorted({next(str(form) for form in _MEMORY_FORMATS if _dense_in(t, (form,))) for t in tensors})
+            raise ValueError(f"{operation}: the tensors mix memory formats ({', '.join(formats)}); HCCL moves their "
+                             "elements in memory order, so give them one format (tensor.contiguous(memory_format=...))")
         return tensors[0].dtype
 
     def _root(self, root: int, operation: str) -> int:
@@ -304,7 +320,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                              operation: str) -> Body:
         """Reduce the concatenation of ``sources`` (one block per rank, maybe uneven) into ``output``."""
         plan = reduction(op, output.dtype, operation)
-        self._same_dtype(sources + [output], operation)
+        self._alike(sources + [output], operation)
         counts = [s.numel() for s in sources]
         if len(counts) != self.size() or counts[self.rank()] != output.numel():
             raise ValueError(f"{operation}: the input must hold {self.size()} blocks with this rank's block "
@@ -335,11 +351,15 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return self._issue("reduce_scatter", every, outputs, _all(bodies), opts)
 
     def _split(self, tensor: torch.Tensor, operation: str) -> List[torch.Tensor]:
-        """``tensor`` as ``size`` equal blocks of its flattened elements."""
+        """``tensor`` as ``size`` equal blocks of its elements in memory order: blocks of rows when
+        the rows divide evenly (they keep the tensor's memory format), else of its flat elements."""
         if tensor.numel() % self.size():
             raise ValueError(f"{operation}: the larger tensor must hold {self.size()} equal blocks; it has "
                              f"{tensor.numel()} elements")
-        return list(tensor.reshape(-1).chunk(self.size())) if tensor.numel() else [tensor.reshape(-1)] * self.size()
+        if tensor.numel() and tensor.shape[0] % self.size() == 0:
+            return list(tensor.chunk(self.size()))
+        flat = in_memory_order(tensor)
+        return list(flat.chunk(self.size())) if tensor.numel() else [flat] * self.size()
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         return self.reduce_scatter_single_coalesced([output], [input], opts)
@@ -372,7 +392,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     def _gather_body(self, source: torch.Tensor, outputs: List[torch.Tensor], operation: str) -> Body:
         """Every rank's ``source`` into ``outputs`` (one per rank, maybe uneven: all-gather-v)."""
-        self._same_dtype(outputs + [source], operation)
+        self._alike(outputs + [source], operation)
         dtype, unit = movement(source.dtype)
         counts = [o.numel() * unit for o in outputs]
         if len(counts) != self.size() or counts[self.rank()] != source.numel() * unit:
@@ -459,7 +479,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def _all_to_all_body(self, sources: List[torch.Tensor], targets: List[torch.Tensor], operation: str) -> Body:
-        self._same_dtype(sources + targets, operation)
+        self._alike(sources + targets, operation)
         dtype, unit = movement(sources[0].dtype)
         send = [t.numel() * unit for t in sources]
         recv = [t.numel() * unit for t in targets]
@@ -484,7 +504,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         sources: Optional[List[torch.Tensor]] = None
         if is_root:
             sources = self._tensors(input_lists[0] if input_lists else [], operation, "scatter_list")
-            self._same_dtype(sources + [output], operation)
+            self._alike(sources + [output], operation)
             if len(sources) != self.size() or any(s.numel() != output.numel() for s in sources):
                 raise ValueError(f"{operation}: scatter_list must hold {self.size()} tensors of {output.numel()} "
                                  f"elements (the output's size), got sizes {[s.numel() for s in sources]}")
@@ -504,7 +524,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         count = source.numel() * unit
         if root == self.rank():
             targets = self._tensors(output_lists[0] if output_lists else [], operation, "gather_list")
-            self._same_dtype(targets + [source], operation)
+            self._alike(targets + [source], operation)
             if len(targets) != self.size() or any(t.numel() != source.numel() for t in targets):
                 raise ValueError(f"{operation}: gather_list must hold {self.size()} tensors of {source.numel()} "
                                  f"elements (the input's size), got sizes {[t.numel() for t in targets]}")

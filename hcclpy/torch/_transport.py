@@ -33,6 +33,12 @@ def _back_to_back(tensors: Sequence[torch.Tensor]) -> bool:
     return True
 
 
+def in_memory_order(tensor: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's elements as a 1-D view, in the order they lie in memory (a channels_last
+    tensor's too, whose ``reshape(-1)`` would be a copy in logical order)."""
+    return tensor.as_strided((tensor.numel(),), (1,))
+
+
 def _pieces(tensors: Optional[Sequence[torch.Tensor]]) -> Any:
     if tensors is None:
         return None
@@ -90,7 +96,7 @@ class DeviceTransport:
         # allocates, fills and reads on the same stream as the operation.
         send = None
         if sources is not None:
-            send = sources[0] if _back_to_back(sources) else torch.cat([t.reshape(-1) for t in sources])
+            send = sources[0] if _back_to_back(sources) else torch.cat([in_memory_order(t) for t in sources])
         recv, scatter_back = None, None
         if results is not None:
             if _back_to_back(results):
@@ -101,7 +107,7 @@ class DeviceTransport:
         launch(self._buffer(send, dtype, send_count), self._buffer(recv, dtype, recv_count), self.stream)
         if scatter_back is not None:
             for target, piece in zip(scatter_back, recv.split([t.numel() for t in scatter_back])):
-                target.copy_(piece.view_as(target))
+                in_memory_order(target).copy_(piece)
 
     def batch(self, items: Sequence[Tuple[str, torch.Tensor, DataType, int, int]]) -> None:
         collectives.batch_send_recv(self.comm, [(kind, (t.data_ptr(), count, dtype), peer)
