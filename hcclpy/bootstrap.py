@@ -427,11 +427,17 @@ def _incomplete(server: RendezvousServer, missing: List[int], where: str, limit:
     return text
 
 
-def shutdown() -> None:
-    """Destroy the communicator :func:`init` created (if any). Idempotent."""
+def shutdown(timeout: Optional[float] = None) -> None:
+    """Destroy the communicator :func:`init` created (if any). Idempotent.
+
+    ``timeout`` is :meth:`Communicator.destroy`'s: seconds to wait at most for work still queued
+    (a collective whose peer never came, say) before aborting it; None waits for it."""
     global _world
     with _lock:
-        comm, _world = _world, None
+        comm = _world
     if comm is not None and not comm.destroyed:
-        comm.destroy()
+        comm.destroy(timeout=timeout)  # kept as the world while it raises (a bad timeout, Ctrl-C)
         comm._closed_by = "destroyed by hcclpy.shutdown()"  # what later calls on it then say
+    with _lock:
+        if _world is comm:
+            _world = None

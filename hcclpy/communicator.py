@@ -15,7 +15,7 @@ import numpy as np
 from . import _ffi, collectives, host, trace
 from ._comm_core import CommCore
 from .config import CommConfig
-from .errors import HcclError, HcclResult, UnsupportedError, communicator_error
+from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, communicator_error
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
 from .runtime._device import check_visible, visible_devices
@@ -550,6 +550,13 @@ class Communicator(CommCore):
         on another thread until ``deadline``, then abort it; a NumPy call on this thread (that a
         signal handler calling destroy interrupted) closes the staging itself when it ends, and its
         queued work is waited for as the default stream's is."""
+        staging = self._host_state
+        if staging is not None and staging.unsettled and not staging.lock._is_owned():
+            # A call that Ctrl-C interrupted left its collective queued on the staging stream, and
+            # destroying the stream would wait for it in one C call, past any timeout: wait here
+            # instead, in slices, until the deadline; then abort it.
+            if not self._wait_stream(staging.stream, deadline) and not self._aborted:
+                self._abort_for_destroy()
         staging = host._detach(self)
         if staging is None or host._close(staging, _remaining(deadline)):
             return
@@ -561,15 +568,19 @@ class Communicator(CommCore):
                 self._abort_for_destroy()
             host._close(staging, _ABORT_GRACE)
 
-    def _wait_stream(self, stream: Any, deadline: Optional[float]) -> None:
-        """Wait for ``stream`` (the device's default stream, or None) until ``deadline`` (None: as
-        long as it takes); a stream that fails or is slow does not stop the teardown."""
+    def _wait_stream(self, stream: Any, deadline: Optional[float]) -> bool:
+        """Wait for ``stream`` (a stream or None) until ``deadline`` (None: as long as it takes);
+        False if its work was still running then. A stream that fails or is slow does not stop
+        the teardown."""
         if stream is None or stream.closed:
-            return
+            return True
         try:
             stream.synchronize(timeout=_remaining(deadline))
-        except Exception:  # noqa: BLE001 - a failed or slow stream must not prevent teardown
+        except CommTimeoutError:
+            return stream._failed  # failed work (an exec timeout) has ended; else the wait gave up
+        except Exception:  # noqa: BLE001 - a failed stream must not prevent teardown
             pass
+        return True
 
     def _destroy_handle(self, handle: Any, deadline: Optional[float]) -> None:
         """``HcclCommDestroy``, tried again while operations in flight (``HCCL_E_AGAIN``) may still

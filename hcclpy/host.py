@@ -44,11 +44,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, S
 import numpy as np
 
 from . import _ffi, collectives
-from .collectives._ops import _count_matrix, _count_vector
+from .collectives._ops import _batch_item, _before_staging, _count_matrix, _count_vector, _peer
 from ._comm_core import CommCore
 from ._units import env_count, parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
-from .errors import AclError
+from .errors import AclError, HcclpyError
 from .types import DataType, ReduceOp, _refuse_foreign_byte_order, as_datatype, as_reduce_op
 
 __all__ = [
@@ -156,6 +156,14 @@ class _Staging:
             current = self._host[slot] = (array, _ffi.from_buffer("char[]", array, require_writable=True))
         return current[1]
 
+    def renew_stream(self) -> None:
+        """Put a new stream in the place of a failed one (every wait on which fails)."""
+        failed, self.stream = self.stream, self.device.create_stream()
+        try:
+            failed._close(wait=False)
+        except HcclpyError:  # its failure was raised by the call it failed
+            pass
+
     def close(self) -> None:
         self.closed = True
         try:
@@ -199,8 +207,13 @@ def _locked_staging(comm: CommCore) -> _Staging:
                 staging.close()  # release() gave up on it while this call waited: closing it falls to us
             if not (staging.closed or comm._closing):
                 staging.in_use.clear()
-                if staging.unsettled:  # the work an interrupted call left queued ends first
-                    _wait(staging.stream)
+                if staging.unsettled:  # the work a call ended by an exception left queued ends first
+                    try:
+                        _wait(staging.stream)
+                    except HcclpyError:
+                        # It failed, and the stream with it for good. The call said so, or HCCL
+                        # will, with the cause, if the communicator is broken: start afresh.
+                        staging.renew_stream()
                     staging.unsettled = False
                 return staging
             lock.release()
@@ -799,6 +812,7 @@ def _element_count(value: Any, argument: str) -> int:
 def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, op: Any = ReduceOp.SUM) -> np.ndarray:
     """Reduce ``array`` across ranks; every rank gets the result (a new array, or ``out``)."""
     source, dtype, per_element = _input(array, "array", "all_reduce", op)
+    _before_staging(comm, "all_reduce", source.dtype, op)
     result = _output(out, source.shape, source.dtype)
     _chunked(comm, _source(_unaliased(source, result)), _destination(result), source.size * per_element, dtype,
              lambda s, r, stream: collectives.all_reduce(comm, s, None, op, stream=stream))
@@ -808,6 +822,7 @@ def all_reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = No
 def broadcast(comm: CommCore, array: np.ndarray, root: int = 0, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Every rank gets ``root``'s ``array`` (other ranks' ``array`` only gives the shape and dtype)."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "broadcast", source.dtype, root=root)
     result = _output(out, source.shape, source.dtype)
     is_root = root == comm.rank
     send = _source(_unaliased(source, result)) if is_root else None
@@ -820,6 +835,7 @@ def reduce(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None, 
            root: int = 0) -> Optional[np.ndarray]:
     """Reduce ``array`` across ranks onto ``root``: the result there, None elsewhere."""
     source, dtype, per_element = _input(array, "array", "reduce", op)
+    _before_staging(comm, "reduce", source.dtype, op, root)
     is_root = root == comm.rank
     # out is checked on every rank that passes one, so that a call every rank makes alike is refused
     # alike; only the root writes to it.
@@ -843,6 +859,7 @@ def _blocks(array: np.ndarray, size: int, operation: str) -> Tuple[int, ...]:
 def all_gather(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Every rank's ``array`` stacked in rank order: shape ``(size, *array.shape)``."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "all_gather", source.dtype)
     result = _output(out, (comm.size,) + source.shape, source.dtype)
     _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.all_gather(comm, s, r, stream=stream))
@@ -853,6 +870,7 @@ def reduce_scatter(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] 
                    op: Any = ReduceOp.SUM) -> np.ndarray:
     """Reduce ``array`` across ranks; rank ``r`` gets block ``r`` of the first axis."""
     source, dtype, per_element = _input(array, "array", "reduce_scatter", op)
+    _before_staging(comm, "reduce_scatter", source.dtype, op)
     result = _output(out, _blocks(source, comm.size, "reduce_scatter"), source.dtype)
     _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.reduce_scatter(comm, s, r, op, stream=stream))
@@ -862,6 +880,7 @@ def reduce_scatter(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] 
 def all_to_all(comm: CommCore, array: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Block ``j`` of the first axis goes to rank ``j``; block ``i`` of the result came from rank ``i``."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "all_to_all", source.dtype)
     _blocks(source, comm.size, "all_to_all")
     result = _output(out, source.shape, source.dtype)
     _whole(comm, _source(source), source.size * per_element, _destination(result), result.size * per_element, dtype,
@@ -882,6 +901,7 @@ def scatter(comm: CommCore, array: Optional[np.ndarray], out: Optional[np.ndarra
     else:
         source, dtype, per_element = _input(array, "array")
         result = _output(out, _blocks(source, comm.size, "scatter"), source.dtype)
+    _before_staging(comm, "scatter", result.dtype, root=root)
     count = result.size * per_element
     _whole(comm, _source(source) if is_root else None, count * comm.size, _destination(result), count, dtype,
            lambda s, r, stream: collectives.scatter(comm, s, r, root, stream=stream))
@@ -893,6 +913,7 @@ def all_gather_v(comm: CommCore, array: np.ndarray, recv_counts: Sequence[int], 
     """Uneven all-gather of flattened arrays: rank ``r`` contributes ``recv_counts[r]`` elements.
     With displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "all_gather_v", source.dtype)
     recv_counts, recv_displs = _layout(comm, recv_counts, recv_displs, "recv")
     if recv_counts[comm.rank] != source.size:
         raise ValueError(f"recv_counts[{comm.rank}] = {recv_counts[comm.rank]} must equal this rank's send count: "
@@ -911,6 +932,7 @@ def reduce_scatter_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[in
                      op: Any = ReduceOp.SUM, send_displs: Optional[Sequence[int]] = None) -> np.ndarray:
     """Uneven reduce-scatter of a flattened array: rank ``r`` gets ``send_counts[r]`` elements."""
     source, dtype, per_element = _input(array, "array", "reduce_scatter_v", op)
+    _before_staging(comm, "reduce_scatter_v", source.dtype, op)
     counts, send_displs = _layout(comm, send_counts, send_displs, "send")
     _within(source, counts, send_displs)
     mine = counts[comm.rank]
@@ -928,6 +950,7 @@ def all_to_all_v(comm: CommCore, array: np.ndarray, send_counts: Sequence[int], 
     """Uneven all-to-all of flattened arrays (see :func:`hcclpy.collectives.all_to_all_v`). With
     receive displacements, the elements between blocks keep what ``out`` held (zeros in a new result)."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "all_to_all_v", source.dtype)
     send_counts, send_displs = _layout(comm, send_counts, send_displs, "send")
     recv_counts, recv_displs = _layout(comm, recv_counts, recv_displs, "recv")
     _within(source, send_counts, send_displs)
@@ -947,6 +970,7 @@ def all_to_all_vc(comm: CommCore, array: np.ndarray, send_count_matrix: Any,
                   out: Optional[np.ndarray] = None) -> np.ndarray:
     """All-to-all driven by one count matrix (see :func:`hcclpy.collectives.all_to_all_vc`)."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "all_to_all_vc", source.dtype)
     rows = _count_matrix(comm, send_count_matrix)
     sent = sum(rows[comm.rank])
     if sent > source.size:
@@ -1014,6 +1038,7 @@ def _scaled(values: Optional[Sequence[int]], factor: int) -> Optional[Tuple[int,
 def send(comm: CommCore, array: np.ndarray, peer: int) -> None:
     """Send ``array`` to ``peer`` (blocks until received)."""
     source, dtype, per_element = _input(array, "array")
+    _before_staging(comm, "send", source.dtype, peer=peer)
     _whole(comm, _source(source), source.size * per_element, None, 0, dtype,
            lambda s, r, stream: collectives.send(comm, s, peer, stream=stream))
 
@@ -1021,6 +1046,7 @@ def send(comm: CommCore, array: np.ndarray, peer: int) -> None:
 def recv(comm: CommCore, array: np.ndarray, peer: int) -> np.ndarray:
     """Receive from ``peer`` into ``array`` (written in place; it must be writable and C-contiguous)."""
     result, dtype, per_element = _target(array, "array")
+    _before_staging(comm, "recv", result.dtype, peer=peer)
     _whole(comm, None, 0, _destination(result), result.size * per_element, dtype,
            lambda s, r, stream: collectives.recv(comm, r, peer, stream=stream))
     return result
@@ -1031,17 +1057,17 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
     checked: List[Tuple[str, Any, int, DataType, int]] = []
     receives: List[Tuple[int, int, int]] = []  # (start, end, item index) of each receive's memory
     for index, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != 3 or item[0] not in ("send", "recv"):
-            raise ValueError(f"items[{index}] must be ('send' | 'recv', array, peer), got {item!r}")
-        kind, array, peer = item
+        kind, array, peer = _batch_item(index, item)
         if kind == "send":
             source, dtype, per_element = _input(array, f"items[{index}] array")
             checked.append((kind, _source(source), source.size * per_element, dtype, peer))
         else:
-            target, dtype, per_element = _target(array, f"items[{index}] array")
-            checked.append((kind, _destination(target), target.size * per_element, dtype, peer))
-            start = target.__array_interface__["data"][0]
-            receives.append((start, start + target.nbytes, index))
+            source, dtype, per_element = _target(array, f"items[{index}] array")
+            checked.append((kind, _destination(source), source.size * per_element, dtype, peer))
+            start = source.__array_interface__["data"][0]
+            receives.append((start, start + source.nbytes, index))
+        _before_staging(comm, "batch_send_recv", source.dtype)
+        _peer(comm, peer, f"items[{index}] peer")
     # Sends are copied to the device before anything is received, so a receive may share memory
     # with a send; two receives into the same memory would leave it holding either message.
     reach, reaching = 0, -1  # the furthest end of the receives seen so far, and whose it is

@@ -790,27 +790,19 @@ def test_npu_tensors_and_empty_null_buffers_are_accepted() -> None:
         comm.destroy()
 
 
-class _NoStaging:
-    """Stands in for hcclpy.host: the checks before staging may ask it for carrier types; an
-    operation reached means the call was staged."""
-
-    def __init__(self, real: Any) -> None:
-        self.carrier_type = real.carrier_type
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"hcclpy.host.{name} was reached: the call was staged")
+def _no_staging(comm: Any) -> None:
+    raise AssertionError("the call was staged")
 
 
 def test_numpy_calls_refuse_stream_and_none_arguments_before_staging(monkeypatch: pytest.MonkeyPatch) -> None:
     """NumPy calls once ignored stream= (any value), and op/root/peer=None failed only after staging."""
-    from hcclpy.collectives import _ops
 
     comm, s = _one_rank()
     x, m = np.arange(4, dtype=np.float32), [[4]]
     event = hcclpy.Device(0).create_event()
     closed = hcclpy.Device(0).create_stream()
     closed.close()
-    monkeypatch.setattr(_ops, "_host", _NoStaging(_ops._host))
+    monkeypatch.setattr(hcclpy.host, "_locked_staging", _no_staging)
     no_stream = "^stream= is for device buffers, got {}: calls on NumPy arrays block on hcclpy's own stream"
     calls: List[Tuple[str, Callable[[Any], Any]]] = [
         ("all_reduce", lambda st: comm.all_reduce(x, stream=st)),
@@ -850,6 +842,16 @@ def test_numpy_calls_refuse_stream_and_none_arguments_before_staging(monkeypatch
         ("batch kind", lambda: comm.batch_send_recv([("put", x, 0)]), ValueError, r"^items\[0\] must be \('send'"),
         ("batch kind a list", lambda: comm.batch_send_recv([(["send"], x, 0)]), ValueError,
          r"^items\[0\] must be \('send' \| 'recv', buffer, peer\), got \(\['send'\]"),
+        # hcclpy.host's functions check alike when called directly, an empty array too.
+        ("host.broadcast root 99", lambda: hcclpy.host.broadcast(comm, np.zeros(0), root=99), ValueError,
+         "^root=99 must be a rank"),
+        ("host.all_reduce op bogus", lambda: hcclpy.host.all_reduce(comm, np.zeros(0), op="bogus"), ValueError,
+         "^op='bogus'"),
+        ("host.reduce root x", lambda: hcclpy.host.reduce(comm, np.zeros(0), root="x"), ValueError,
+         "^root='x' must be a rank"),
+        ("host.scatter root -1", lambda: hcclpy.host.scatter(comm, np.zeros(0), root=-1), ValueError,
+         "^root=-1 must be a rank"),
+        ("host.send peer 0", lambda: hcclpy.host.send(comm, np.zeros(0), 0), ValueError, "^peer=0 is this rank"),
     ]
     try:
         failures = _run_matrix(cases)

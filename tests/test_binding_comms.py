@@ -711,6 +711,32 @@ def test_destroy_inside_a_group_is_refused() -> None:
     assert comm.destroyed
 
 
+def test_batch_send_recv_inside_a_group_is_refused_before_hccl() -> None:
+    # HCCL refuses HcclBatchSendRecv between HcclGroupStart and HcclGroupEnd; hcclpy says so first,
+    # also for a batch its fast path remembers (posted twice in a row before).
+    comms = hcclpy.Communicator.init_all([0, 1])
+    streams = [hcclpy.Device(d).create_stream() for d in (0, 1)]
+    sent = [hcclpy.from_numpy(np.full(4, r + 1.0, np.float32), device=r) for r in (0, 1)]
+    got = [hcclpy.zeros(4, "float32", device=r) for r in (0, 1)]
+    batches = [[("send", sent[r], 1 - r), ("recv", got[r], 1 - r)] for r in (0, 1)]
+    try:
+        for _ in range(2):
+            for r in (0, 1):
+                comms[r].batch_send_recv(batches[r], stream=streams[r])
+            for stream in streams:
+                stream.synchronize(timeout=30)
+        assert [g.to_numpy().tolist() for g in got] == [[2.0] * 4, [1.0] * 4]
+        for batch in (batches[0], [], [("send", np.ones(2, np.float32), 1)]):
+            with pytest.raises(RuntimeError, match=r"^batch_send_recv cannot run inside hcclpy.group\(\): HCCL "):
+                with hcclpy.group():
+                    comms[0].batch_send_recv(batch, stream=streams[0])
+    finally:
+        for stream in streams:
+            stream.close()
+        for comm in comms:
+            comm.destroy()
+
+
 # ------------------------------------------------------------------ argument checks (review)
 
 def test_split_after_abort_is_refused() -> None:

@@ -258,6 +258,7 @@ def op_all_gather_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, o
     xs = [any_input(tag, j, counts[j], dtype) for j in range(me.size)]
     mine = arrange(xs[me.rank], (counts[me.rank],), layout)
     me.eq(tag, me.comm.all_gather_v(mine, counts), np.concatenate(xs))
+    me.eq(tag + " keyword", me.comm.all_gather_v(mine, recv_counts=counts), np.concatenate(xs))
     # Gapped displacements, through the module function: only the blocks are defined.
     displs = list(np.cumsum([0] + [c + 2 for c in counts[:-1]]))
     got = hcclpy.host.all_gather_v(me.comm, mine, counts, recv_displs=displs)
@@ -272,6 +273,7 @@ def op_reduce_scatter_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: st
     start = sum(counts[:me.rank])
     want = full[start:start + counts[me.rank]]
     me.eq(tag, me.comm.reduce_scatter_v(arrange(xs[me.rank], (total,), layout), counts, op=op), want)
+    me.eq(tag + " keyword", me.comm.reduce_scatter_v(xs[me.rank], send_counts=counts, op=op), want)
     out = np.empty(counts[me.rank], dtype=np_dtype(dtype))
     got = hcclpy.host.reduce_scatter_v(me.comm, xs[me.rank], counts, out=out, op=op)
     me.same(tag + " out=", got, out)
@@ -297,6 +299,9 @@ def op_all_to_all_v(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, o
     mine = arrange(xs[me.rank], (xs[me.rank].size,), layout)
     want = _a2av_reference(xs, m, me.rank)
     me.eq(tag, me.comm.all_to_all_v(mine, list(m[me.rank]), list(m[:, me.rank])), want)
+    me.eq(tag + " keywords", me.comm.all_to_all_v(mine, send_counts=list(m[me.rank]),
+                                                  recv_counts=list(m[:, me.rank])), want)
+    me.eq(tag + " keyword", me.comm.all_to_all_v(mine, list(m[me.rank]), recv_counts=list(m[:, me.rank])), want)
     out = np.empty(want.size, dtype=np_dtype(dtype))
     got = hcclpy.host.all_to_all_v(me.comm, mine, list(m[me.rank]), list(m[:, me.rank]), out=out)
     me.same(tag + " out=", got, out)
@@ -309,6 +314,7 @@ def op_all_to_all_vc(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, 
     mine = arrange(xs[me.rank], (xs[me.rank].size,), layout)
     me.eq(tag, me.comm.all_to_all_vc(mine, m), _a2av_reference(xs, m, me.rank))
     me.eq(tag + " list", me.comm.all_to_all_vc(mine, m.tolist()), _a2av_reference(xs, m, me.rank))
+    me.eq(tag + " keyword", me.comm.all_to_all_vc(mine, send_count_matrix=m), _a2av_reference(xs, m, me.rank))
 
 
 def op_send_recv(me: Rank, tag: str, dtype: str, shape: Shape, layout: str, op: str, root: int) -> None:
@@ -1588,8 +1594,8 @@ def test_a_profile_checks_the_carrier_of_an_array_moved_as_bytes() -> None:
     comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
     try:
         comm._profile = Recording()
-        _ops._before_staging(comm, "broadcast", np.dtype(bool), None, root=0)
-        _ops._before_staging(comm, "all_reduce", np.dtype(np.complex64), None, op="sum")
+        _ops._before_staging(comm, "broadcast", np.dtype(bool), root=0)
+        _ops._before_staging(comm, "all_reduce", np.dtype(np.complex64), op="sum")
         assert comm._profile.checks == [("broadcast", hcclpy.DataType.UINT8, None),
                                         ("all_reduce", hcclpy.DataType.FP32, "sum")]
     finally:
@@ -1627,6 +1633,73 @@ def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folde
         return out
     finally:
         comm.destroy()
+
+
+def _destroyed_after_an_interrupt(rank: int, size: int, info: bytes, folder: str) -> Dict[str, Any]:
+    import signal
+    from pathlib import Path
+
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    done = Path(folder) / "destroyed"
+    if rank == 1:  # never calls: rank 0's collective stays queued until destroy aborts it
+        while not done.exists():
+            time.sleep(0.01)
+        comm.destroy()
+        return {}
+    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    try:
+        comm.all_reduce(np.ones(3, np.float32))
+    except KeyboardInterrupt:
+        pass
+    started = time.monotonic()
+    try:
+        comm.destroy(timeout=1)
+        return {"destroyed": comm.destroyed, "seconds": time.monotonic() - started}
+    finally:
+        done.touch()
+
+
+def _called_again_after_a_failure(rank: int, size: int, info: bytes, folder: str) -> List[str]:
+    from pathlib import Path
+
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    done = Path(folder) / "done"
+    try:
+        if rank == 1:  # never calls: rank 0's all_reduce fails by HCCL_EXEC_TIMEOUT
+            while not done.exists():
+                time.sleep(0.01)
+            return []
+        seen = []
+        for _ in range(2):
+            try:
+                comm.all_reduce(np.ones(3, np.float32))
+            except hcclpy.HcclpyError as exc:
+                seen.append(f"{type(exc).__name__}: {exc}")
+        done.touch()
+        return seen
+    finally:
+        comm.destroy(timeout=0)
+
+
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+@pytest.mark.timeout(120)
+def test_a_call_after_a_failed_one_is_told_the_communicator_failed(tmp_path: Any, staging: str) -> None:
+    # The failed staging stream used to raise the first failure again, word for word, from every
+    # later call: a loop that retries on timeouts never ended.
+    (first, second), _ = ranks.run_processes(_called_again_after_a_failure, 2, str(tmp_path), timeout=100,
+                                             env={"HCCL_EXEC_TIMEOUT": "2", "HCCLPY_HOST_STAGING": staging})
+    assert "all_reduce #1 timed out" in first and first.startswith("AclTimeoutError"), first
+    assert "has failed" in second and "destroy it and create a new one" in second, second
+
+
+@pytest.mark.parametrize("staging", ["direct", "pinned"])
+@pytest.mark.timeout(120)
+def test_destroy_with_a_timeout_ends_the_collective_an_interrupt_left_queued(tmp_path: Any, staging: str) -> None:
+    # Closing the staging stream used to wait for the queued collective in one C call: for
+    # HCCL_EXEC_TIMEOUT (60 s here), whatever destroy's timeout.
+    first, _ = ranks.run_processes(_destroyed_after_an_interrupt, 2, str(tmp_path), timeout=100,
+                                   env={"HCCL_EXEC_TIMEOUT": "60", "HCCLPY_HOST_STAGING": staging})
+    assert first["destroyed"] and first["seconds"] < 30, first
 
 
 @pytest.mark.parametrize("staging", ["direct", "pinned"])

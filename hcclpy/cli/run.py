@@ -20,7 +20,8 @@ MPICH/PMI) are removed from the children's environment, so a job started inside 
 only the ranks this launcher gives it.
 
 Output: each line a rank prints is shown prefixed with ``[rank] `` (stdout to stdout, stderr to
-stderr, a line at a time; bytes that are not UTF-8 are replaced, never fatal); ``--no-prefix``
+stderr, a line at a time; bytes that are not UTF-8 are replaced, never fatal; a line longer than
+64 KiB is shown in pieces, each prefixed, so one rank cannot hold the others' lines); ``--no-prefix``
 passes the ranks' output through untouched, each rank writing straight to the launcher's
 stdout and stderr, so a line a rank writes in pieces (``print(a, b)`` is several writes) can be
 split by another rank's. ``PYTHONUNBUFFERED=1`` is set unless already set, so lines show up when
@@ -120,7 +121,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=_numbers.seconds, default=DEFAULT_GRACE, metavar="S",
                         help=f"seconds between SIGTERM and SIGKILL when stopping ranks (default {DEFAULT_GRACE:g})")
     parser.add_argument("--no-prefix", dest="prefix", action="store_false",
-                        help="pass the ranks' output through as it is, without [rank] prefixes")
+                        help="pass the ranks' output through as it is, without [rank] prefixes (prefixed, "
+                             "bytes that are not UTF-8 are replaced and lines over 64 KiB are cut in pieces)")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("-m", "--module", action="store_true",
                       help="the target is a module name, run as 'python -m module'")

@@ -115,21 +115,25 @@ def _fast(comm: Any, stream: Any) -> Optional[Stream]:
 _NOT_PASSED = object()  # an argument of _before_staging the operation does not take (None is a value to refuse)
 
 
-def _before_staging(comm: Any, operation: str, dtype: Any, stream: Any, op: Any = _NOT_PASSED,
-                    root: Any = _NOT_PASSED, peer: Any = _NOT_PASSED) -> None:
-    """The checks of a call on NumPy arrays before anything is staged: ``stream`` (which must be
-    None), the communicator, ``op``, ``root`` or ``peer`` (each where the operation takes it, so a
-    None is refused here too), and whether the simulator's product profile refuses ``operation``
-    on the HCCL type that carries ``dtype`` (as the real product would, with HCCL_E_NOT_SUPPORT).
-    The device operation on the staged data checks them again, but an empty array reaches none.
-
-    The device paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
+def _no_stream(stream: Any) -> None:
     if stream is not None:
         # Staging copies in and out and synchronises on the device's hcclpy stream: a stream of the
         # caller's would be ignored, so it is refused (as out= is on the device path).
         raise TypeError(f"stream= is for device buffers, got {type(stream).__name__}: calls on NumPy arrays block "
                         "on hcclpy's own stream of the communicator's device and return when the result is in "
                         "the array; drop stream=, or pass device buffers")
+
+
+def _before_staging(comm: Any, operation: str, dtype: Any, op: Any = _NOT_PASSED, root: Any = _NOT_PASSED,
+                    peer: Any = _NOT_PASSED) -> None:
+    """The checks of a call on NumPy arrays (:mod:`hcclpy.host`) before anything is staged: the
+    communicator, ``op``, ``root`` or ``peer`` (each where the operation takes it, so a None is
+    refused here too), and whether the simulator's product profile refuses ``operation`` on the
+    HCCL type that carries ``dtype`` (as the real product would, with HCCL_E_NOT_SUPPORT). The
+    device operation on the staged data checks them again, but an empty array reaches none, and
+    a large one would first run the collective that compares the ranks' sizes.
+
+    The device paths test ``comm._profile`` inline instead: without a profile that is all they pay."""
     _comm_handle(comm)
     if op is not _NOT_PASSED:
         _op(op)
@@ -470,7 +474,7 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                     st._seal_held()
                 return target
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_reduce", send.dtype, stream, op)
+        _no_stream(stream)
         return _host.all_reduce(comm, send, out if recv is None else _host_output(recv, out), op)
     _no_out(out, send, "send")
     handle = _comm_handle(comm)
@@ -518,7 +522,7 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
                       "HcclReduce", st, (send, recv), comm, send._size, send._dtype_c, (code, root))
                 return target if is_root else None
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce", send.dtype, stream, op, root)
+        _no_stream(stream)
         return _host.reduce(comm, send, out if recv is None else _host_output(recv, out), op, root)
     _no_out(out, send, "send")
     handle = _comm_handle(comm)
@@ -564,7 +568,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
                       comm, n, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce_scatter", send.dtype, stream, op)
+        _no_stream(stream)
         return _host.reduce_scatter(comm, send, out if recv is None else _host_output(recv, out), op)
     _no_out(out, send, "send")
     handle = _comm_handle(comm)
@@ -590,7 +594,7 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
     return recv
 
 
-def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional[Sequence[int]] = None,
+def reduce_scatter_v(comm: CommCore, send: Any, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
                      send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *,
                      stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce-scatter with uneven blocks: rank ``r`` receives the reduction of every rank's
@@ -615,7 +619,7 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Optional
                       "HcclReduceScatterV", st, (send, recv), comm, mine, send._dtype_c, code)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "reduce_scatter_v", send.dtype, stream, op)
+        _no_stream(stream)
         counts, target = (recv, None) if send_counts is None else (send_counts, recv)
         return _host.reduce_scatter_v(comm, send, _count_vector(counts, comm, "send_counts"),
                                       _host_output(target, out), op,
@@ -660,7 +664,7 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
                   "HcclBroadcast", st, (buf,), comm, buf._size, buf._dtype_c, root)
             return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "broadcast", buf.dtype, stream, root=root)
+        _no_stream(stream)
         return _host.broadcast(comm, buf, root, out)
     _no_out(out, buf, "buf")
     handle = _comm_handle(comm)
@@ -692,7 +696,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       "HcclAllGather", st, (send, recv), comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_gather", send.dtype, stream)
+        _no_stream(stream)
         return _host.all_gather(comm, send, out if recv is None else _host_output(recv, out))
     _no_out(out, send, "send")
     handle = _comm_handle(comm)
@@ -715,7 +719,7 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     return recv
 
 
-def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Sequence[int]] = None,
+def all_gather_v(comm: CommCore, send: Any, recv: Any = None, recv_counts: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
                  out: Any = None) -> Any:
     """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
@@ -738,7 +742,7 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Optional[Seq
                       "HcclAllGatherV", st, (send, recv), comm, send._size, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_gather_v", send.dtype, stream)
+        _no_stream(stream)
         counts, target = (recv, None) if recv_counts is None else (recv_counts, recv)
         return _host.all_gather_v(comm, send, _count_vector(counts, comm, "recv_counts"), _host_output(target, out),
                                   _given_displacements(recv_displs, comm, "recv_displs"))
@@ -789,7 +793,7 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
                 return recv
     target = recv if out is None else out
     if (isinstance(send, np.ndarray) or (send is None and isinstance(target, np.ndarray))) and _host is not None:
-        _before_staging(comm, "scatter", (target if send is None else send).dtype, stream, root=root)
+        _no_stream(stream)
         return _host.scatter(comm, send, out if recv is None else _host_output(recv, out), root)
     _no_out(out, send, "send")
     if recv is None:
@@ -838,7 +842,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
                       comm, n, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all", send.dtype, stream)
+        _no_stream(stream)
         return _host.all_to_all(comm, send, out if recv is None else _host_output(recv, out))
     _no_out(out, send, "send")
     handle = _comm_handle(comm)
@@ -860,7 +864,7 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     return recv
 
 
-def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int],
+def all_to_all_v(comm: CommCore, send: Any, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
                  recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
                  out: Any = None) -> Any:
@@ -893,16 +897,18 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
                       "HcclAlltoAllV", st, (send, recv), comm, sent[3], send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all_v", send.dtype, stream)
-        if recv_counts is None:  # (array, send_counts, recv_counts)
+        _no_stream(stream)
+        if recv is not None and recv_counts is None:  # (array, send_counts, recv_counts)
             recv, send_counts, recv_counts = None, recv, send_counts
+        elif recv is not None and send_counts is None:  # (array, send_counts, recv_counts=...)
+            recv, send_counts = None, recv
         return _host.all_to_all_v(comm, send, _count_vector(send_counts, comm, "send_counts"),
                                   _count_vector(recv_counts, comm, "recv_counts"), _host_output(recv, out),
                                   _given_displacements(send_displs, comm, "send_displs"),
                                   _given_displacements(recv_displs, comm, "recv_displs"))
     _no_out(out, send, "send")
-    if recv_counts is None:
-        raise TypeError("all_to_all_v needs recv_counts")
+    if send_counts is None or recv_counts is None:
+        raise TypeError("all_to_all_v needs send_counts and recv_counts")
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
     sb, rb = resolve(send, "send"), resolve(recv, "recv")
@@ -926,7 +932,7 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Sequence[int
     return recv
 
 
-def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any = None, *,
+def all_to_all_vc(comm: CommCore, send: Any, recv: Any = None, send_count_matrix: Any = None, *,
                   stream: Optional[Stream] = None, out: Any = None) -> Any:
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
     go from rank ``i`` to rank ``j``, packed in rank order on both sides. NumPy form:
@@ -951,7 +957,7 @@ def all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any =
                       comm, sent, send._dtype_c, -1)
                 return recv
     if isinstance(send, np.ndarray) and _host is not None:
-        _before_staging(comm, "all_to_all_vc", send.dtype, stream)
+        _no_stream(stream)
         matrix, target = (recv, None) if send_count_matrix is None else (send_count_matrix, recv)
         return _host.all_to_all_vc(comm, send, _count_matrix(comm, matrix), _host_output(target, out))
     _no_out(out, send, "send")
@@ -1008,7 +1014,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               "HcclSend", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return None
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "send", buf.dtype, stream, peer=peer)
+        _no_stream(stream)
         return _host.send(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclSend")
     return None
@@ -1023,7 +1029,7 @@ def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
               "HcclRecv", st, (buf,), comm, buf._size, buf._dtype_c, peer, comm._trace_p2p)
         return buf
     if isinstance(buf, np.ndarray) and _host is not None:
-        _before_staging(comm, "recv", buf.dtype, stream, peer=peer)
+        _no_stream(stream)
         return _host.recv(comm, buf, peer)
     _point_to_point(comm, buf, peer, stream, "HcclRecv")
     return buf
@@ -1111,7 +1117,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     """
     if type(items) is list or type(items) is tuple:
         st = _fast(comm, stream)
-        if st is not None:
+        if st is not None and not _group.depth:
             last, allocs, c_items, checked = comm._batch_memo
             try:
                 # The remembered batch again: its items compare equal to the memo's. The memo on the
@@ -1144,16 +1150,17 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                         _remember_batch(comm, items, buffers, c_items)
                     comm._batch_seen = c_items
                 return None
+    if _group.depth:
+        raise RuntimeError("batch_send_recv cannot run inside hcclpy.group(): HCCL refuses HcclBatchSendRecv "
+                           "between HcclGroupStart and HcclGroupEnd. In the group, make each transfer a send() or "
+                           "recv() (the group keeps them from deadlocking), or make this call outside it")
     try:
         items = list(items)
     except TypeError:
         raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
     if items and _host is not None and all(
             isinstance(i, (tuple, list)) and len(i) == 3 and isinstance(i[1], np.ndarray) for i in items):
-        for index, item in enumerate(items):
-            _batch_item(index, item)
-            _before_staging(comm, "batch_send_recv", item[1].dtype, stream)
-            _peer(comm, item[2], f"items[{index}] peer")
+        _no_stream(stream)
         return _host.batch_send_recv(comm, items)
     handle = _comm_handle(comm)
     st = _stream(comm, stream)
