@@ -1097,8 +1097,13 @@ def _remember_batch(comm: CommCore, items: Sequence[Any], buffers: List[DeviceAr
 
 def _batch_open(allocs: Tuple[Any, ...], checked: List[int], device: int) -> bool:
     """Whether a remembered batch's allocations (``allocs``) are all still open on ``device``, asked
-    when an array has been closed since they were last found so (or never yet); a yes is kept in
-    ``checked`` until the next close."""
+    when an array has been closed since they were last found so (or never yet), or a group opened;
+    a yes is kept in ``checked`` until the next close. Inside a group, no: the batch is refused
+    there (HCCL refuses it), which the fast path then leaves to the checked path. (A group opened
+    on one thread while another finds the batch open still lets that batch reach HCCL, which
+    refuses it as clearly.)"""
+    if _group.depth:
+        return False
     closes = _closes[0]  # read first: a close during the check changes it again
     for alloc in allocs:
         if alloc.live_device != device:
@@ -1117,7 +1122,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
     """
     if type(items) is list or type(items) is tuple:
         st = _fast(comm, stream)
-        if st is not None and not _group.depth:
+        if st is not None:
             last, allocs, c_items, checked = comm._batch_memo
             try:
                 # The remembered batch again: its items compare equal to the memo's. The memo on the
@@ -1131,7 +1136,7 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
                 _done(comm._api.HcclBatchSendRecv(c_items, len(items), comm._handle, st._ptr_cdata),
                       "HcclBatchSendRecv", st, map(_second, items), comm, len(items), -1, -1, comm._trace_p2p)
                 return None
-            found = _batch_rows(comm, items)
+            found = None if _group.depth else _batch_rows(comm, items)  # refused in a group, below
             if found is not None:
                 rows, buffers = found
                 # HCCL reads the items during the call, so equal batches share one C array.
@@ -1256,6 +1261,7 @@ def group() -> Iterator[None]:
     if not group_active():
         _group.pending = []
     _group.depth += 1
+    _closes[0] += 1  # remembered batches are looked at again (see _batch_open), which a group refuses
     with _groups_lock:
         _stream_module.groups_open += 1  # streams hold every buffer until the group ends
     try:

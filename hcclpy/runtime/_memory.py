@@ -24,8 +24,9 @@ _H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
 _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
 
 
-# How many times DeviceArray.close() has run, in a list so that importers see it change. A memo of
-# arrays checked to be open stays valid while it does not (any change will do: no lock needed).
+# How many times DeviceArray.close() has run (hcclpy.group() counts too), in a list so that
+# importers see it change. A memo of arrays checked to be open stays valid while it does not (any
+# change will do: no lock needed).
 CLOSES = [0]
 _MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an allocation
 
