@@ -29,10 +29,10 @@ import re
 import tempfile
 import threading
 import time
-import warnings
 import zlib
 from typing import Any, List, Mapping, Optional, Union
 
+from ._caller import warn_at_caller
 from .communicator import Communicator, _rank_table_path
 from .config import CommConfig
 from .errors import CommTimeoutError
@@ -385,8 +385,8 @@ def _connect_timeout() -> float:
         value = float.fromhex(number) if "x" in number.lower() else float(number)
         if 0 <= value < math.inf:
             return min(abs(value), _LONGEST_WAIT)  # abs: -0 is 0
-    warnings.warn(f"HCCL_CONNECT_TIMEOUT={text!r} is ignored: it must be a number of seconds >= 0; using "
-                  f"{DEFAULT_CONNECT_TIMEOUT:g}", RuntimeWarning, stacklevel=4)  # at the caller of init()
+    warn_at_caller(f"HCCL_CONNECT_TIMEOUT={text!r} is ignored: it must be a number of seconds >= 0; using "
+                   f"{DEFAULT_CONNECT_TIMEOUT:g}", RuntimeWarning)
     return DEFAULT_CONNECT_TIMEOUT
 
 

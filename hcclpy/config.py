@@ -21,10 +21,10 @@ import math
 import numbers
 import os
 import struct
-import warnings
 from typing import Any, Mapping, Optional, Union
 
 from . import _ffi
+from ._caller import warn_at_caller
 from .errors import UnsupportedError
 
 __all__ = ["CommConfig"]
@@ -130,8 +130,8 @@ def _buffsize_from_env() -> int:
         return _DEFAULT_BUFFSIZE_MB
     if text.isdigit() and 1 <= int(text) <= _BUFFSIZE_MAX:
         return int(text)
-    warnings.warn(f"HCCL_BUFFSIZE={text!r} is ignored: it must be a whole number of MB from 1 to {_BUFFSIZE_MAX}; "
-                  f"using {_DEFAULT_BUFFSIZE_MB}", RuntimeWarning, stacklevel=4)
+    warn_at_caller(f"HCCL_BUFFSIZE={text!r} is ignored: it must be a whole number of MB from 1 to {_BUFFSIZE_MAX}; "
+                   f"using {_DEFAULT_BUFFSIZE_MB}", RuntimeWarning)
     return _DEFAULT_BUFFSIZE_MB
 
 

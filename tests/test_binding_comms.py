@@ -833,5 +833,14 @@ def test_hccl_buffsize_out_of_range_is_ignored_with_a_warning(value: str, used: 
     if used == 200:
         assert messages == [f"HCCL_BUFFSIZE={value!r} is ignored: it must be a whole number of MB from 1 to "
                             "4294967294; using 200"]
+        assert {w.filename for w in caught} == {__file__}, "the warning points at the caller's line"
     else:
         assert messages == []
+
+
+def test_hccl_buffsize_warning_points_at_the_call_that_made_the_communicator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HCCL_BUFFSIZE", "0")
+    with pytest.warns(RuntimeWarning, match="HCCL_BUFFSIZE='0' is ignored") as warned:
+        comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0, config={"name": "w"})
+    comm.destroy()
+    assert [w.filename for w in warned if issubclass(w.category, RuntimeWarning)] == [__file__]
