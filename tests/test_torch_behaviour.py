@@ -342,6 +342,8 @@ def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
         lambda: hcclpy.torch.all_gather_into_tensor_uneven(torch.empty(4, 2), torch.ones(1, 2), [1, 2]),
         lambda: dist.all_gather_into_tensor(torch.empty(4, 3, 2, 2),
                                             torch.ones(2, 3, 2, 2).contiguous(memory_format=torch.channels_last)),
+        lambda: dist.all_gather_into_tensor(torch.empty(3, 2, 2, 2).contiguous(memory_format=torch.channels_last),
+                                            torch.ones(1, 2, 3, 2).contiguous(memory_format=torch.channels_last)),
     ]
     try:
         for case in cases:
@@ -367,7 +369,8 @@ def test_unsupported_combinations_are_refused_before_they_run(tmp_path: Any) -> 
                 "reduce with ReduceOp.MAX is not supported on complex tensors (torch.complex64)",
                 "reduce_scatter_tensor with ReduceOp.PRODUCT is not supported on complex tensors",
                 "non-contiguous", "recv without a source rank", "blocks", "equal blocks", "split sizes",
-                "mix memory formats (channels_last, contiguous)"]
+                "mix memory formats (channels_last, contiguous)",
+                "a channels_last tensor is cut into blocks of rows, so its first dimension (3) must be a multiple of 2"]
     assert len(messages) == len(expected) + 1, messages
     for message, fragment in zip(messages, expected):
         assert fragment in message and message.startswith(("ValueError", "TypeError")), (fragment, message)

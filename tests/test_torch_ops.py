@@ -217,6 +217,26 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
             dist.all_to_all(got, pieces)
             want = [tr.data(r, shape, torch.float32, seed=47 + rank) for r in range(size)]  # what rank r sent here
             out += [tr.mismatch(f"all_to_all {form} [{r}]", g, w) for r, (g, w) in enumerate(zip(got, want))]
+            # Complex tensors reach the backend as their real views, whose strides fit no format.
+            z = dense(tr.data(rank, shape, torch.complex64, seed=48))
+            got = z.clone()
+            dist.all_reduce(got)
+            out.append(tr.mismatch(f"all_reduce complex64 {form}", got, tr.reduced(tr.everyone(z, gloo), "SUM")))
+            gathered = [torch.empty_like(z) for _ in range(size)]
+            dist.all_gather(gathered, z)
+            out += [tr.mismatch(f"all_gather complex64 {form} [{r}]", g, w)
+                    for r, (g, w) in enumerate(zip(gathered, tr.everyone(z, gloo)))]
+            # scatter and gather lists in another format than the root's own tensor: the root
+            # converts them (it alone sees them; refusing would leave the others waiting).
+            pieces = [tr.data(r, shape, torch.float32, seed=49) for r in range(size)] if rank == 0 else None
+            got = empty(shape[0])
+            dist.scatter(got, pieces, src=0)
+            out.append(tr.mismatch(f"scatter contiguous list into {form}", got, tr.data(rank, shape, torch.float32, seed=49)))
+            targets = [torch.empty(shape) for _ in range(size)] if rank == 0 else None
+            dist.gather(x, targets, dst=0)
+            if rank == 0:
+                out += [tr.mismatch(f"gather {form} into contiguous [{r}]", g, w)
+                        for r, (g, w) in enumerate(zip(targets, everyone))]
             got = empty(shape[0])
             if rank % 2 == 0 and rank + 1 < size:
                 dist.send(x, rank + 1)

@@ -75,25 +75,57 @@ def _options(pg_options: Any, timeout: float) -> Tuple[Optional[CommConfig], Opt
     return config, device
 
 
-# Besides contiguous tensors, the layouts whose elements fill one block of memory that NCCL
-# accepts: HCCL reads a tensor from its data pointer in memory order. Rows (the first dimension)
-# stay outermost in both.
-_CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
+# The layouts whose elements fill one block of memory, as NCCL accepts them: HCCL reads a tensor
+# from its data pointer in memory order. Rows (the first dimension) stay outermost in all three.
+_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+_COMPLEX_PARTS = (torch.float16, torch.float32, torch.float64)
+
+
+def _as_laid_out(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or the complex tensor it is the real view of: torch.distributed hands a complex
+    tensor over as ``view_as_real``, whose pairs of reals fit no memory format."""
+    if tensor.dtype in _COMPLEX_PARTS and tensor.dim() > 1 and tensor.shape[-1] == 2 and tensor.stride(-1) == 1:
+        try:
+            return torch.view_as_complex(tensor)
+        except RuntimeError:  # strides or offset of no complex tensor
+            pass
+    return tensor
+
+
+def _formats(tensor: torch.Tensor) -> Tuple[torch.memory_format, ...]:
+    """The memory formats ``tensor`` is dense in (none: it is not dense)."""
+    laid_out = _as_laid_out(tensor)
+    return tuple(form for form in _FORMATS if laid_out.is_contiguous(memory_format=form))
 
 
 def _dense(tensor: torch.Tensor) -> bool:
     # is_contiguous() first: with a memory_format keyword the test costs ~8 times more.
-    return tensor.is_contiguous() or any(tensor.is_contiguous(memory_format=form) for form in _CHANNELS_LAST)
+    return tensor.is_contiguous() or bool(_formats(tensor))
 
 
-def _one_format(tensors: Sequence[torch.Tensor]) -> bool:
-    return all(t.is_contiguous() for t in tensors) or any(
-        all(t.is_contiguous(memory_format=form) for t in tensors) for form in _CHANNELS_LAST)
+def _common_format(tensors: Sequence[torch.Tensor]) -> Optional[torch.memory_format]:
+    """A memory format every one of ``tensors`` is dense in (contiguous if possible), or None."""
+    if all(t.is_contiguous() for t in tensors):
+        return torch.contiguous_format
+    common = set(_FORMATS)
+    for t in tensors:
+        common.intersection_update(_formats(t))
+    return next((form for form in _FORMATS if form in common), None)
 
 
 def _format_name(tensor: torch.Tensor) -> str:
-    return "contiguous" if tensor.is_contiguous() else next(
-        str(form).replace("torch.", "") for form in _CHANNELS_LAST if tensor.is_contiguous(memory_format=form))
+    return str(_formats(tensor)[0]).replace("torch.", "").replace("_format", "")
+
+
+def _in_format_of(tensor: torch.Tensor, model: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a copy of it in ``model``'s memory format when they share none (and the copy
+    can have it)."""
+    if _common_format([tensor, model]) is not None:
+        return tensor
+    try:
+        return tensor.contiguous(memory_format=_formats(model)[0])
+    except RuntimeError:  # a format of another number of dimensions
+        return tensor
 
 
 def _device_type(tensor: torch.Tensor) -> str:
@@ -236,13 +268,14 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                                  "channels_last_3d memory formats; pass tensor.contiguous()")
         return list(tensors)
 
-    def _alike(self, tensors: Sequence[torch.Tensor], operation: str) -> torch.dtype:
-        """The one dtype of ``tensors``, which must also share a memory format: HCCL moves elements
-        in memory order, which is their logical order only when the formats agree."""
+    def _alike(self, tensors: Sequence[torch.Tensor], operation: str, one_format: bool = True) -> torch.dtype:
+        """The one dtype of ``tensors``, which must also share a memory format (``one_format``):
+        HCCL moves elements in memory order, which is their logical order only when the formats
+        agree."""
         dtypes = {t.dtype for t in tensors}
         if len(dtypes) > 1:
             raise TypeError(f"{operation}: the tensors must share one dtype, got {sorted(map(str, dtypes))}")
-        if not _one_format(tensors):
+        if one_format and _common_format(tensors) is None:
             formats = sorted({_format_name(t) for t in tensors})
             raise ValueError(f"{operation}: the tensors mix memory formats ({', '.join(formats)}); HCCL moves their "
                              "elements in memory order, so give them one format (tensor.contiguous(memory_format=...))")
@@ -370,6 +403,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                              f"{tensor.numel()} elements")
         if tensor.numel() and tensor.shape[0] % self.size() == 0:
             return list(tensor.chunk(self.size()))
+        if not tensor.is_contiguous():
+            raise ValueError(f"{operation}: a {_format_name(tensor)} tensor is cut into blocks of rows, so its first "
+                             f"dimension ({tensor.shape[0]}) must be a multiple of {self.size()}; pass "
+                             "tensor.contiguous() to cut its elements in order")
         flat = in_memory_order(tensor)
         return list(flat.chunk(self.size())) if tensor.numel() else [flat] * self.size()
 
@@ -515,8 +552,11 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         count = output.numel() * unit
         sources: Optional[List[torch.Tensor]] = None
         if is_root:
-            sources = self._tensors(input_lists[0] if input_lists else [], operation, "scatter_list")
-            self._alike(sources + [output], operation)
+            # Only the root sees the list: it takes it in the output's format rather than refuse
+            # it, which would leave the other ranks waiting in the collective.
+            sources = [_in_format_of(s, output)
+                       for s in self._tensors(input_lists[0] if input_lists else [], operation, "scatter_list")]
+            self._alike(sources + [output], operation, one_format=False)
             if len(sources) != self.size() or any(s.numel() != output.numel() for s in sources):
                 raise ValueError(f"{operation}: scatter_list must hold {self.size()} tensors of {output.numel()} "
                                  f"elements (the output's size), got sizes {[s.numel() for s in sources]}")
@@ -536,15 +576,20 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         count = source.numel() * unit
         if root == self.rank():
             targets = self._tensors(output_lists[0] if output_lists else [], operation, "gather_list")
-            self._alike(targets + [source], operation)
+            self._alike(targets + [source], operation, one_format=False)
             if len(targets) != self.size() or any(t.numel() != source.numel() for t in targets):
                 raise ValueError(f"{operation}: gather_list must hold {self.size()} tensors of {source.numel()} "
                                  f"elements (the input's size), got sizes {[t.numel() for t in targets]}")
-            items = [("recv", t, dtype, count, peer) for peer, t in enumerate(targets) if peer != root]
+            # As for scatter, the root receives in the input's format, through a copy where needed.
+            landing = [t if peer == root else _in_format_of(t, source) for peer, t in enumerate(targets)]
+            items = [("recv", t, dtype, count, peer) for peer, t in enumerate(landing) if peer != root]
 
             def body(transport: Any) -> None:
                 targets[root].copy_(source)
                 transport.batch(items)
+                for target, landed in zip(targets, landing):
+                    if landed is not target:
+                        target.copy_(landed)
             return self._issue(operation, targets + [source], targets, body, opts)
         return self._issue(operation, [source], [], lambda transport: transport.batch(
             [("send", source, dtype, count, root)]), opts)
