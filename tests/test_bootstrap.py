@@ -245,6 +245,15 @@ def test_init_one_rank_without_environment(clean_env: pytest.MonkeyPatch) -> Non
     assert again.destroyed
 
 
+def test_shutdown_with_a_bad_timeout_keeps_the_world(clean_env: pytest.MonkeyPatch) -> None:
+    comm = hcclpy.init()
+    with pytest.raises(ValueError, match=r"timeout=-1"):
+        hcclpy.shutdown(timeout=-1)
+    assert world() is comm and not comm.destroyed  # still there to shut down properly
+    hcclpy.shutdown(timeout=5)
+    assert comm.destroyed and world() is None
+
+
 def test_shutdown_without_init_is_a_no_op(clean_env: pytest.MonkeyPatch) -> None:
     hcclpy.shutdown()
     assert world() is None
