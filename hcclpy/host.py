@@ -1062,11 +1062,11 @@ def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, np.ndarray, int]]
             source, dtype, per_element = _input(array, f"items[{index}] array")
             checked.append((kind, _source(source), source.size * per_element, dtype, peer))
         else:
-            source, dtype, per_element = _target(array, f"items[{index}] array")
-            checked.append((kind, _destination(source), source.size * per_element, dtype, peer))
-            start = source.__array_interface__["data"][0]
-            receives.append((start, start + source.nbytes, index))
-        _before_staging(comm, "batch_send_recv", source.dtype)
+            target, dtype, per_element = _target(array, f"items[{index}] array")
+            checked.append((kind, _destination(target), target.size * per_element, dtype, peer))
+            start = target.__array_interface__["data"][0]
+            receives.append((start, start + target.nbytes, index))
+        _before_staging(comm, "batch_send_recv", array.dtype)  # an array: _input and _target refuse the rest
         _peer(comm, peer, f"items[{index}] peer")
     # Sends are copied to the device before anything is received, so a receive may share memory
     # with a send; two receives into the same memory would leave it holding either message.
