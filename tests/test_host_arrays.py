@@ -1625,8 +1625,8 @@ def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folde
                 out["interrupted"] = True
             interrupted.touch()
         else:
-            while not interrupted.exists():  # rank 1 calls only once rank 0 was interrupted
-                time.sleep(0.01)
+            # rank 1 calls only once rank 0 was interrupted
+            assert ranks.wait_for(interrupted.exists, 90), "rank 0 was never interrupted"
             out["first"] = comm.all_reduce(first).tolist()
         # The work the interrupt left queued ends before the next call reuses the scratch.
         out["second"] = comm.all_reduce(np.full(3000, 10.0 * (rank + 1), np.float32)).tolist()
@@ -1642,8 +1642,7 @@ def _destroyed_after_an_interrupt(rank: int, size: int, info: bytes, folder: str
     comm = hcclpy.Communicator(size, info, rank, device=rank)
     done = Path(folder) / "destroyed"
     if rank == 1:  # never calls: rank 0's collective stays queued until destroy aborts it
-        while not done.exists():
-            time.sleep(0.01)
+        assert ranks.wait_for(done.exists, 90), "rank 0 never destroyed its communicator"
         comm.destroy()
         return {}
     threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
@@ -1666,8 +1665,7 @@ def _called_again_after_a_failure(rank: int, size: int, info: bytes, folder: str
     done = Path(folder) / "done"
     try:
         if rank == 1:  # never calls: rank 0's all_reduce fails by HCCL_EXEC_TIMEOUT
-            while not done.exists():
-                time.sleep(0.01)
+            assert ranks.wait_for(done.exists, 90), "rank 0 never made its two calls"
             return []
         seen = []
         for _ in range(2):
