@@ -19,6 +19,7 @@ from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, c
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
 from .runtime._device import check_visible, visible_devices
+from .runtime._waits import seconds
 from .types import DataType
 
 __all__ = ["Communicator"]
@@ -52,13 +53,8 @@ def _positive_int(value: Any, argument: str, low: int = 1, high: int = _UINT32_M
 
 def _deadline(timeout: Any) -> Optional[float]:
     """The ``time.monotonic()`` by which ``timeout`` seconds have passed; None for no limit."""
-    if timeout is None or timeout == float("inf"):
-        return None
-    # "not timeout >= 0" refuses NaN too, which every comparison calls false.
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) \
-            or not timeout >= 0:
-        raise ValueError(f"timeout={timeout!r} must be None (no limit) or a number of seconds >= 0")
-    return time.monotonic() + float(timeout)
+    limit = seconds(timeout)
+    return None if limit is None else time.monotonic() + limit
 
 
 def _remaining(deadline: Optional[float]) -> Optional[float]:
@@ -491,8 +487,8 @@ class Communicator(CommCore):
         HcclError
             ``HCCL_E_AGAIN`` if operations are still in flight on other streams (without
             ``timeout``), or were not released a few seconds after an abort.
-        ValueError
-            If ``timeout`` is not None or a number of seconds >= 0.
+        TypeError, ValueError
+            If ``timeout`` is neither None nor a number of seconds >= 0.
         RuntimeError
             Inside :func:`hcclpy.group` on this thread: the group's operations run when it ends.
 

@@ -15,14 +15,18 @@ too old raises :class:`LibraryNotFoundError` / :class:`UnsupportedError`.
 from __future__ import annotations
 
 import enum
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 __all__ = [
     "AclError",
     "AclErrorCode",
+    "AclRemoteError",
+    "AclTimeoutError",
     "CommTimeoutError",
     "HcclError",
+    "HcclRemoteError",
     "HcclResult",
+    "HcclTimeoutError",
     "HcclpyError",
     "LibraryNotFoundError",
     "RemoteRankError",
@@ -45,11 +49,22 @@ class UnsupportedError(HcclpyError, NotImplementedError):
     """The loaded library does not provide a function or feature (it needs a newer CANN)."""
 
 
-class CommTimeoutError(HcclpyError, TimeoutError):
+class _Category(HcclpyError):
+    """What a category has when hcclpy raises it without a C call (the rendezvous, a bounded wait
+    in Python): the attributes of :class:`AclError` and :class:`HcclError`, empty, so a handler
+    can read them whichever raised it."""
+
+    code: Optional[int] = None  # the C result code; None when no C call reported the failure
+    name: str = ""  # the code's name, such as "HCCL_E_TIMEOUT"
+    api: str = ""  # the C function that failed
+    detail: str = ""  # the C library's own words about the failure, when it gave any
+
+
+class CommTimeoutError(_Category, TimeoutError):
     """An operation, a synchronisation or a communicator set-up ran out of time."""
 
 
-class RemoteRankError(HcclpyError):
+class RemoteRankError(_Category):
     """Another rank failed: it exited, destroyed the communicator, or an operation failed there."""
 
 
@@ -63,7 +78,8 @@ class _CodeError(HcclpyError, RuntimeError):
         self.api = api
         self.detail = detail
 
-    def __reduce__(self):  # keeps the keyword-only attributes across pickling (multiprocessing)
+    # Keeps the keyword-only attributes across pickling (multiprocessing).
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (_rebuild, (type(self), self.args[0], self.code, self.name, self.api, self.detail))
 
 

@@ -48,6 +48,7 @@ from .collectives._ops import _batch_item, _before_staging, _count_matrix, _coun
 from ._comm_core import CommCore
 from ._units import env_count, parse_bytes
 from .runtime import DeviceArray, Stream, empty, pinned_empty
+from .runtime._waits import seconds
 from .errors import AclError, HcclpyError
 from .types import DataType, ReduceOp, _refuse_foreign_byte_order, as_datatype, as_reduce_op
 
@@ -280,9 +281,9 @@ def release(comm: CommCore, timeout: Optional[float] = None) -> bool:
     Raises
     ------
     TypeError
-        If ``comm`` is not a communicator.
+        If ``comm`` is not a communicator, or ``timeout`` is neither None nor a number.
     ValueError
-        If ``timeout`` is not None or a number of seconds >= 0.
+        If ``timeout`` is negative, NaN or infinite.
 
     Examples
     --------
@@ -291,10 +292,7 @@ def release(comm: CommCore, timeout: Optional[float] = None) -> bool:
     """
     if not isinstance(comm, CommCore):
         raise TypeError(f"comm must be an hcclpy.Communicator, got {type(comm).__name__}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer,
-                                                                                        np.floating))
-                                or not 0 <= timeout < math.inf):
-        raise ValueError(f"timeout={timeout!r} must be None (no limit) or a finite number of seconds >= 0")
+    timeout = seconds(timeout, finite=True)
     staging = _detach(comm)
     return staging is None or _close(staging, timeout)
 

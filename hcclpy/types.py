@@ -96,6 +96,8 @@ def as_datatype(value: Any, *, argument: str = "dtype") -> DataType:
         hashable = False
     if isinstance(value, DataType):
         return value
+    if isinstance(value, enum.Enum):  # an int too when an IntEnum (ReduceOp.MAX == 2), but no data type
+        raise TypeError(f"{argument}={value!r} is not a data type: it is a {type(value).__name__}")
     if value is None:  # NumPy would read it as float64
         raise TypeError(f"{argument}=None is not a data type; name one (supported: {_SUPPORTED})")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -153,9 +155,14 @@ def as_reduce_op(value: Any, *, argument: str = "op") -> ReduceOp:
     ------
     ValueError
         If ``value`` is not one of sum, prod, max, min.
+    TypeError
+        If ``value`` is a member of another enum (such as a :class:`DataType`).
     """
     if isinstance(value, ReduceOp):
         return value
+    if isinstance(value, enum.Enum):  # an int too when an IntEnum (DataType.INT32 == 2), but no reduction
+        raise TypeError(f"{argument}={value!r} is not a reduce operation (sum, prod, max, min): it is a "
+                        f"{type(value).__name__}")
     try:
         if isinstance(value, str):
             return ReduceOp[value.upper()]

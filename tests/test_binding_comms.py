@@ -594,9 +594,10 @@ def test_destroy_right_after_abort_with_work_on_a_user_stream() -> None:
 
 def test_destroy_timeout_is_checked_first() -> None:
     comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
-    for bad in (-1, float("nan"), "1", True):
-        with pytest.raises(ValueError, match=rf"^timeout={bad!r} must be None \(no limit\) or a number of seconds "
-                                             r">= 0$"):
+    for bad, error, ending in ((-1, ValueError, ""), (float("nan"), ValueError, ""), ("1", TypeError, ", not a str"),
+                               (True, TypeError, ", not a bool")):
+        with pytest.raises(error, match=rf"^timeout={bad!r} must be None \(no limit\) or a number of seconds "
+                                        rf">= 0{ending}$"):
             comm.destroy(timeout=bad)
     assert _all_reduce_sum(comm, [3]).tolist() == [3]  # untouched
     comm.destroy(timeout=5)

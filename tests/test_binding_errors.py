@@ -97,6 +97,15 @@ def test_plain_exceptions_pickle() -> None:
         assert type(copy) is type(exc) and str(copy) == str(exc)
 
 
+def test_categories_raised_without_a_c_call_have_the_c_errors_attributes() -> None:
+    # A handler written for the C errors' attributes works on the categories whoever raised them.
+    for exc in (hcclpy.CommTimeoutError("late"), hcclpy.RemoteRankError("peer died")):
+        assert (exc.code, exc.name, exc.api, exc.detail) == (None, "", "", "")
+    late = errors.hccl_error(int(HcclResult.HCCL_E_TIMEOUT), "HcclBar")
+    assert isinstance(late, hcclpy.CommTimeoutError) and (late.code, late.name) == (9, "HCCL_E_TIMEOUT")
+    assert set(errors.__all__) >= {"AclTimeoutError", "AclRemoteError", "HcclTimeoutError", "HcclRemoteError"}
+
+
 # ----------------------------------------------------------------- from the C libraries
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import re
 import threading
 import warnings
 from typing import Any, Callable, List
@@ -15,6 +16,7 @@ import pytest
 import hcclpy
 import ranks
 from hcclpy import _ffi
+from hcclpy.collectives import _ops
 
 
 @pytest.fixture
@@ -94,7 +96,7 @@ def test_stream_priority_and_timeout_arguments() -> None:
         assert stream.query()
         with pytest.raises(ValueError, match="timeout"):
             stream.synchronize(timeout=-1)
-        with pytest.raises(ValueError, match="timeout"):
+        with pytest.raises(TypeError, match=r"^timeout='1' must be None \(no limit\) .*, not a str$"):
             stream.synchronize(timeout="1")
         with pytest.raises(ValueError, match=r"timeout=nan must be None \(no limit\) or a number of seconds"):
             stream.synchronize(timeout=float("nan"))
@@ -519,7 +521,10 @@ def test_a_group_keeps_its_buffers_until_it_has_run() -> None:
             gc.collect()
             canaries = [hcclpy.from_numpy(np.full(4096, 7.0, np.float32), device=c.device)
                         for c in comms for _ in range(6)]
-            assert all(len(s._held) == 6 for s in streams)
+            # The group keeps them until it ends, the streams from then on.
+            assert [sum(len(keep) for stream, keep in _ops._group.held if stream is s) for s in streams] == [6, 6]
+            assert [s._grouped for s in streams] == [3, 3]
+        assert [len(s._held) for s in streams] == [6, 6] and [s._grouped for s in streams] == [0, 0]
         for s in streams:
             s.synchronize()
         assert all((c.to_numpy() == 7.0).all() for c in canaries), "a group's operation wrote into freed memory"
@@ -527,6 +532,98 @@ def test_a_group_keeps_its_buffers_until_it_has_run() -> None:
     finally:
         for s in streams:
             s.close()
+        for c in comms:
+            c.destroy()
+
+
+def _temporary_all_reduce(comm: hcclpy.Communicator, value: float, stream: hcclpy.Stream) -> None:
+    """An all_reduce whose buffers only the stream holds."""
+    comm.all_reduce(hcclpy.from_numpy(np.full(4096, value, np.float32), device=comm.device),
+                    hcclpy.zeros(4096, "float32", device=comm.device), stream=stream)
+
+
+def test_two_threads_waiting_on_one_stream_let_go_only_of_what_their_waits_covered() -> None:
+    """Two waits that end together let go of the buffers held when they began, once: not twice as
+    many, which took the buffers of an operation queued since, still waiting for its peer."""
+    comms = hcclpy.Communicator.init_all([0, 1])
+    stream = comms[0].device.create_stream()
+    real_wait = stream._sync
+    entered, waited, queued = threading.Semaphore(0), threading.Barrier(3, timeout=60), threading.Event()
+
+    def wait(cdata: Any, ms: int) -> int:  # the stream's bound wait, with a pause after it
+        entered.release()
+        rc = real_wait(cdata, ms)
+        if rc == 0:
+            waited.wait()  # both waits are done ...
+            assert queued.wait(60)  # ... and the next operation is queued before they let go
+        return rc
+
+    try:
+        _temporary_all_reduce(comms[0], 1.0, stream)  # rank 1 joins it below
+        stream._sync = wait
+        waiters = [threading.Thread(target=stream.synchronize) for _ in range(2)]
+        for thread in waiters:
+            thread.start()
+        assert entered.acquire(timeout=60) and entered.acquire(timeout=60)
+        _temporary_all_reduce(comms[1], 2.0, comms[1].device.default_stream)
+        waited.wait()
+        _temporary_all_reduce(comms[0], 10.0, stream)  # rank 1 is late for this one
+        queued.set()
+        for thread in waiters:
+            thread.join(60)
+        stream._sync = real_wait
+        held = len(stream._held)
+        gc.collect()
+        canaries = [hcclpy.from_numpy(np.full(4096, 7.0, np.float32), device=comms[0].device) for _ in range(4)]
+        _temporary_all_reduce(comms[1], 20.0, comms[1].device.default_stream)  # before any assert: no hang
+        stream.synchronize()
+        comms[1].device.default_stream.synchronize()
+        assert held == 2, "the queued all_reduce's buffers were let go of"
+        assert all((c.to_numpy() == 7.0).all() for c in canaries), "an all_reduce wrote into freed memory"
+    finally:
+        stream._sync = real_wait
+        stream.close()
+        for c in comms:
+            c.destroy()
+
+
+def test_a_group_on_another_thread_leaves_this_threads_streams_alone() -> None:
+    """While another thread's group is open, a stream it did not use lets go of buffers, and its
+    operations complete in the flight recorder, at each synchronisation, as without the group."""
+    comms = hcclpy.Communicator.init_all([0, 1])
+    grouped_stream, own_streams = comms[0].device.create_stream(), [c.device.create_stream() for c in comms]
+    opened, close = threading.Event(), threading.Event()
+
+    def hold_a_group_open() -> None:
+        with hcclpy.group():
+            _temporary_all_reduce(comms[0], 1.0, grouped_stream)
+            opened.set()
+            assert close.wait(60)
+
+    holder = threading.Thread(target=hold_a_group_open)
+    holder.start()
+    try:
+        assert opened.wait(60)
+        assert grouped_stream._grouped == 1
+        for _ in range(3):
+            with hcclpy.group():  # this thread's own groups too: they end within the loop
+                for c, s in zip(comms, own_streams):
+                    _temporary_all_reduce(c, 1.0, s)
+            for s in own_streams:
+                s.synchronize()
+            assert [len(s._held) for s in own_streams] == [0, 0]
+        assert comms[0].health()["pending"] == 1  # only the open group's all_reduce
+    finally:
+        close.set()
+        holder.join(60)
+    _temporary_all_reduce(comms[1], 1.0, own_streams[1])
+    for s in (grouped_stream, own_streams[1]):
+        s.synchronize()
+    assert grouped_stream._grouped == 0 and len(grouped_stream._held) == 0
+    for s in (grouped_stream, *own_streams):
+        s.close()
+    for c in comms:
+        c.destroy()
         for c in comms:
             c.destroy()
 
@@ -767,3 +864,42 @@ def test_bad_shapes_devices_and_streams_of_arrays() -> None:
                 call(closed)
         np.testing.assert_array_equal(a.to_numpy(), np.zeros(size, np.float32))
     other.close()
+
+
+def test_stream_waits_for_another_stream() -> None:
+    comms = hcclpy.Communicator.init_all([0, 1])
+    try:
+        arrays = [hcclpy.from_numpy(np.full(4, 1.0 + c.rank, dtype=np.float32), device=c.device) for c in comms]
+        first = comms[0].device.create_stream()
+        waiting = comms[0].device.create_stream()
+        comms[0].all_reduce(arrays[0], stream=first)  # cannot finish before rank 1 joins
+        waiting.wait_stream(first)
+        assert not first.query() and not waiting.query()  # the wait holds the second stream back
+        comms[1].all_reduce(arrays[1])
+        waiting.synchronize(timeout=30)
+        assert first.query()  # the wait ended only once the first stream's work was done
+        np.testing.assert_array_equal(arrays[0].to_numpy(), np.full(4, 3.0, dtype=np.float32))
+        with pytest.raises(TypeError, match="stream must be an hcclpy.Stream, got Event"):
+            waiting.wait_stream(comms[0].device.create_event())
+        with comms[1].device.create_stream() as elsewhere:
+            with pytest.raises(ValueError, match="stream is on device 1 but this stream is on device 0"):
+                waiting.wait_stream(elsewhere)
+        comms[1].device.default_stream.synchronize(timeout=30)
+        for stream in (first, waiting):
+            stream.close()
+        with pytest.raises(ValueError, match="closed Stream"):
+            waiting.wait_stream(comms[0].device.default_stream)
+    finally:
+        for c in comms:
+            c.destroy()
+
+
+def test_event_repr_says_its_state() -> None:
+    device = hcclpy.Device(0)
+    event = device.create_event(timing=False)
+    assert re.fullmatch(r"<hcclpy\.Event 0x[0-9a-f]+, not recorded on Device\(0\)>", repr(event))
+    event.record()
+    assert re.fullmatch(r"<hcclpy\.Event 0x[0-9a-f]+, recorded on Device\(0\)>", repr(event))
+    event.close()
+    assert repr(event) == "<hcclpy.Event closed on Device(0)>"
+    assert repr(device.create_event()).endswith(", not recorded, timing on Device(0)>")

@@ -394,9 +394,11 @@ def test_init_takes_rank_and_size_from_mpi_comm(clean_env: pytest.MonkeyPatch, t
 
 def test_rank_0_waits_for_the_others_within_timeout(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MASTER_PORT", str(free_port()))
-    with pytest.raises(hcclpy.CommTimeoutError, match=r"rank\(s\) \[1, 2\] did not reach the rendezvous .* 0\.5 s"):
+    late = r"rank\(s\) \[1, 2\] did not reach the rendezvous .* 0\.5 s"
+    with pytest.raises(hcclpy.CommTimeoutError, match=late) as info:
         hcclpy.init(rank=0, world_size=3, timeout=0.5)
     assert world() is None
+    assert (info.value.code, info.value.name) == (None, "")  # no C call failed
 
 
 def test_rank_0_names_the_ranks_it_refused(clean_env: pytest.MonkeyPatch) -> None:

@@ -862,8 +862,9 @@ def test_release_checks_its_arguments() -> None:
         hcclpy.host.release("x")  # type: ignore[arg-type]
     comm = hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0)
     try:
-        for bad in (-1, float("nan"), "1", True):
-            with pytest.raises(ValueError, match=r"must be None \(no limit\) or a finite number of seconds >= 0$"):
+        for bad, error in ((-1, ValueError), (float("nan"), ValueError), (math.inf, ValueError), ("1", TypeError),
+                           (True, TypeError)):
+            with pytest.raises(error, match=r"must be None \(no limit\) or a finite number of seconds >= 0"):
                 hcclpy.host.release(comm, timeout=bad)
         assert hcclpy.host.release(comm, timeout=0) is True
     finally:

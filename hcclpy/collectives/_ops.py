@@ -33,7 +33,6 @@ from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import DeviceArray, Stream
 from ..runtime._memory import CLOSES as _closes
-from ..runtime import _stream as _stream_module
 from ..runtime._stream import HOLD_CHECK as _HOLD_CHECK
 from ..types import ReduceOp, as_reduce_op
 from ._buffers import MAX_COUNT, Buffer, resolve
@@ -157,9 +156,13 @@ def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCor
     collectives') and keep its buffers (``keep``) alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
+    grouped = _grouping and _in_group(stream)  # before the record: see Stream.synchronize
     if _recording:
         _record((_now(), comm._trace_info, next(numbering or comm._trace_seq), name, count, dtype, detail,
                  stream._progress, stream._handle))
+    if grouped:  # not on the stream before the group ends: the group holds them until then
+        _group.held.append((stream, tuple(keep)))
+        return
     # The buffers themselves, not a tuple of them: a tuple per call, kept until the stream drains,
     # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
@@ -464,6 +467,9 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                                              st._ptr_cdata)
                 if rc:
                     raise _ffi.hccl_failure(rc, "HcclAllReduce")
+                if _grouping:  # a group is open (on some thread): the general bookkeeping
+                    _done(0, "HcclAllReduce", st, (send, recv), comm, send._size, send._dtype_c, code)
+                    return target
                 if _recording:
                     _record((_now(), comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
                              send._dtype_c, code, st._progress, st._handle))
@@ -1219,15 +1225,38 @@ def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
 # ------------------------------------------------------------------------------------ groups
 
 class _GroupState(threading.local):
-    """The calling thread's group nesting (and, inside a group, ``pending``: the callbacks for its
-    end). ``depth`` is a class attribute, every thread's default: a thread-local attribute that
-    is missing would cost an exception on each lookup (~0.7 us)."""
+    """The calling thread's group nesting and, inside a group, ``pending``: the callbacks for its
+    end, and ``held``: ``(stream, buffers)`` of its operations, which go on their streams only
+    when it ends. ``depth`` is a class attribute, every thread's default: a thread-local attribute
+    that is missing would cost an exception on each lookup (~0.7 us)."""
 
     depth = 0
 
 
 _group = _GroupState()
-_groups_lock = threading.Lock()
+_groups_lock = threading.Lock()  # guards _grouping and the streams' _grouped counts
+_grouping = 0  # how many groups are open, on every thread: while none is, the operations skip _in_group
+
+
+def _in_group(stream: Stream) -> bool:
+    """True if the calling thread is inside a group; then ``stream`` counts one more operation
+    of an open group (see ``Stream._grouped``) until the group ends."""
+    if _group.depth == 0:
+        return False
+    with _groups_lock:
+        stream._grouped += 1
+    return True
+
+
+def _end_group_holds() -> None:
+    """The outermost group of the calling thread has ended, and HCCL queued its operations: their
+    streams hold their buffers from now on, and stop counting them as operations of a group."""
+    held, _group.held = _group.held, []
+    for stream, keep in held:
+        stream._hold(keep)
+    with _groups_lock:
+        for stream, _keep in held:
+            stream._grouped -= 1
 
 
 def group_active() -> bool:
@@ -1244,8 +1273,9 @@ def after_group(callback: Callable[[bool], None]) -> None:
 def group() -> Iterator[None]:
     """Hold the HCCL calls of the block and release them together (``HcclGroupStart/End``).
 
-    Sends and receives inside one group cannot deadlock each other; one thread can drive the
-    communicators of several devices; communicators created in the block exist once it ends. The
+    A group belongs to the thread that opens it: other threads' calls go on as usual. Sends and
+    receives inside one group cannot deadlock each other; one thread can drive the communicators
+    of several devices; communicators created in the block exist once it ends. The
     block's calls are released even if it raises.
 
     Examples
@@ -1258,19 +1288,23 @@ def group() -> Iterator[None]:
     rc = bound.HcclGroupStart()
     if rc:
         raise _ffi.hccl_failure(rc, "HcclGroupStart")
+    global _grouping
     if not group_active():
         _group.pending = []
+        _group.held = []
     _group.depth += 1
     _closes[0] += 1  # remembered batches are looked at again (see _batch_open), which a group refuses
     with _groups_lock:
-        _stream_module.groups_open += 1  # streams hold every buffer until the group ends
+        _grouping += 1
     try:
         yield
     finally:
         _group.depth -= 1
         rc = bound.HcclGroupEnd()
+        if _group.depth == 0:
+            _end_group_holds()  # whether or not it failed: what HCCL queued must keep its buffers
         with _groups_lock:
-            _stream_module.groups_open -= 1
+            _grouping -= 1
         if _group.depth == 0:
             pending, _group.pending = _group.pending, []
             for callback in pending:

@@ -8,7 +8,6 @@ from .. import _ffi, _trace
 from ..errors import AclErrorCode
 from ._device import Device
 from ._lifetime import attach, close_now
-from . import _stream
 from ._stream import _timeout_ms
 from ._waits import wait_for, waited
 
@@ -90,12 +89,13 @@ class Event:
             raise ValueError(f"stream is on device {stream._device_id} but the event was created on device "
                              f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
-        # Inside a group, operations queued before the record go on the stream after it, when the
-        # group ends: the event's completion says nothing about them (mark 0 marks nothing). Read
-        # before the call too: a group that ends after it queued its work after the record.
-        groups = _stream.groups_open
+        # Operations of an open group go on the stream when the group ends, after the record: the
+        # event's completion says nothing about them (mark 0 marks nothing). Read after the mark,
+        # as Stream.synchronize does, and before the call: a group that ends after the call
+        # queued its work after the record.
+        grouped = stream._grouped
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
-        self._recorded = (stream._progress, 0 if groups else upto)
+        self._recorded = (stream._progress, 0 if grouped else upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.
@@ -183,3 +183,10 @@ class Event:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            state = "closed"
+        else:
+            state = f"0x{self.handle:x}, {'recorded' if self._recorded is not None else 'not recorded'}"
+        return f"<hcclpy.Event {state}{', timing' if self._timing else ''} on {self._device!r}>"

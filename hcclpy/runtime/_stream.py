@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 import threading
 from functools import partial
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
 from ._device import Device, check_visible
 from ._lifetime import attach
-from ._waits import WAIT_SLICE_MS, wait_for, waited, wait_in_slices
+from ._waits import WAIT_SLICE_MS, seconds, wait_for, waited, wait_in_slices
+
+if TYPE_CHECKING:
+    from ._event import Event
 
 __all__ = ["Stream"]
 
 HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
-_sealing = threading.RLock()  # guards every stream's sealed segments (rarely taken)
 _now = _trace.now
 _SYNC_TIMEOUT = int(AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  # a timed wait's code when the work is not done
-
-
-# How many hcclpy.group() blocks are open in the process (the collectives keep it). While one is,
-# the operations it collected are not on their streams yet (HCCL queues them at HcclGroupEnd): a
-# stream found idle says nothing about them, so no stream lets go of held buffers or marks work
-# complete until every group has ended.
-groups_open = 0
 
 
 class _Holdings:
@@ -117,12 +110,8 @@ def destroy_parked() -> None:
 
 
 def _timeout_ms(timeout: Optional[float], argument: str = "timeout") -> int:
-    if timeout is None or timeout == math.inf:
-        return -1
-    # "not timeout >= 0" refuses NaN too, which every comparison calls false.
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
-        raise ValueError(f"{argument}={timeout!r} must be None (no limit) or a number of seconds >= 0")
-    return min(int(timeout * 1000 + 0.5), 2**31 - 1)
+    limit = seconds(timeout, argument)
+    return -1 if limit is None else min(int(limit * 1000 + 0.5), 2**31 - 1)
 
 
 class Stream:
@@ -134,7 +123,8 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_sealed", "_holdings", "_progress", "_sync", "_failed")
+                 "_live_device", "_held", "_dropped", "_sealed", "_turn", "_grouped", "_holdings", "_progress",
+                 "_sync", "_failed")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -160,6 +150,16 @@ class Stream:
         holdings = self._holdings = _Holdings(device.id)
         self._held = holdings.held
         self._sealed = holdings.sealed
+        # How many buffers have left the front of _held since the stream was made (let go of, or
+        # sealed): a wait notes the position its work ends at, as _dropped + len(_held), and lets go
+        # of what is still before it. Two threads whose waits end together so let go of the same
+        # buffers once, not twice as many (a count would also drop buffers of work queued since).
+        self._dropped = 0
+        self._turn = [True]  # taken to remove buffers from the front of _held, or to seal (see _let_go)
+        # How many operations of groups still open (on any thread) are for this stream: HCCL queues
+        # them when their group ends, so until then a stream found idle says nothing about them,
+        # and a wait neither marks them complete nor lets go of anything (see hcclpy.group).
+        self._grouped = 0
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         bound, cdata = _ffi.api(), self._ptr_cdata
         # Bound once: synchronize() is on the hot path. On a CANN without the timed wait, the
@@ -250,26 +250,53 @@ class Stream:
         """Many buffers are held for queued work. Operations are queued faster than they run, so
         the stream is rarely drained right after one, and a job that only waits on events never
         synchronises it: seal the held buffers off under a mark, and let go of the segments whose
-        mark the stream's progress (from an event, a query or a synchronisation) has passed."""
-        with _sealing:
+        mark the stream's progress (from an event, a query or a synchronisation) has passed. (When
+        another thread is letting go of buffers, the next operation seals them instead.)"""
+        try:
+            self._turn.pop()  # see _let_go()
+        except IndexError:
+            return
+        try:
             segment, self._held = self._held, []
             # After the swap: an operation whose buffers are in the segment was queued before its
             # thread read self._held, so before this mark.
-            self._sealed.append((_now(), segment))  # before the query, which may raise
+            self._sealed.append((_now(), segment))
             self._holdings.held = self._held  # (after the append: the registry sees the segment all along)
-            groups = groups_open  # before the query's C call: see synchronize()
-            if not self.query() and not groups:  # (a drained stream lets go of everything)
-                done = self._progress[0]
-                self._sealed[:] = [s for s in self._sealed if s[0] >= done]  # a mark equal to done may be later
+            self._dropped += len(segment)  # after the swap: see _held_end()
+        finally:
+            self._turn.append(True)
+        grouped = self._grouped  # before the query's C call: see synchronize()
+        if not self.query() and not grouped:  # (a drained stream lets go of everything)
+            self._let_go(0, self._progress[0])  # a segment's mark equal to the progress may be later
 
-    def _let_go(self, held: list, count: int, upto: int) -> None:
-        """Work queued before mark ``upto`` is done: let go of the first ``count`` buffers of ``held``
-        (those held when the wait began; other threads may have added more since) and of the
-        segments sealed before ``upto``."""
-        del held[:count]
-        if self._sealed:
-            with _sealing:
+    def _held_end(self) -> int:
+        """The position just past the buffers held now: a wait that begins after this call covers
+        their work. No lock: _dropped is read first, and whatever lets go of buffers or seals them
+        moves them before it adds to _dropped, so a concurrent change can only make the answer
+        smaller (buffers kept a while longer), never larger."""
+        return self._dropped + len(self._held)
+
+    def _let_go(self, end: int, upto: int) -> None:
+        """Work queued before mark ``upto`` is done, that of the buffers held before position
+        ``end`` (see :meth:`_held_end`) too: let go of those buffers and of the segments sealed
+        before ``upto``. One thread at a time: when another is letting go, or sealing, this one
+        leaves its buffers to the stream's next wait."""
+        # Whoever pops the True from _turn may change the front of _held, _dropped and _sealed,
+        # until it puts it back. A list's pop() is atomic: it does what a lock's non-blocking
+        # acquire does, at a fifth of the cost, on the path of every synchronisation.
+        try:
+            self._turn.pop()
+        except IndexError:
+            return
+        try:
+            count = end - self._dropped  # another thread's wait may have let go of some already
+            if count > 0:
+                del self._held[:count]
+                self._dropped = end
+            if self._sealed:
                 self._sealed[:] = [s for s in self._sealed if s[0] >= upto]
+        finally:
+            self._turn.append(True)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Block until all work queued so far has finished.
@@ -290,28 +317,39 @@ class Stream:
             If queued work failed; a failed collective makes the stream fail for good.
         """
         if timeout is None and self._live_device >= 0:  # the common call, with the checks inlined
-            held = self._held
-            count = len(held)
+            end = self._dropped + len(self._held)  # _held_end(), inlined
             upto = _now()
-            # Read before the wait, not after: a group that ends during the wait queues work the
-            # wait did not cover, and its buffers must stay held (see groups_open).
-            groups = groups_open
+            # After the mark: an operation of a group counts here before the flight recorder
+            # records it. Before the wait: a group that ends during the wait queues work the wait
+            # did not cover (see _grouped).
+            grouped = self._grouped
             rc = self._sync(self._ptr_cdata, WAIT_SLICE_MS)  # in slices, so that Ctrl-C can end it
             if rc:
                 if rc == _SYNC_TIMEOUT:
                     rc = wait_in_slices(partial(self._sync, self._ptr_cdata), -1, _SYNC_TIMEOUT)
                 if rc:
                     raise self._failure(rc, _sync_name(), upto)
-            if groups:
+            if grouped:
                 return
             progress = self._progress
             if upto > progress[0]:
                 progress[0] = upto
                 progress[2] = _now()
             if self._sealed:
-                self._let_go(held, count, upto)
-            else:
-                del held[:count]
+                self._let_go(end, upto)
+                return
+            turn = self._turn  # _let_go(), inlined
+            try:
+                turn.pop()
+            except IndexError:
+                return
+            try:
+                count = end - self._dropped
+                if count > 0:
+                    del self._held[:count]
+                    self._dropped = end
+            finally:
+                turn.append(True)
             return
         self._synchronize(_timeout_ms(timeout))
 
@@ -319,17 +357,16 @@ class Stream:
         """:meth:`synchronize` past its fast path: wait ``ms`` milliseconds at most (-1: no limit),
         in C calls Ctrl-C can come between (see :mod:`hcclpy.runtime._waits`)."""
         cdata = self._cdata()
-        held = self._held
-        count = len(held)
+        end = self._held_end()
         upto = _trace.mark()
-        groups = groups_open  # before the wait: see synchronize()
+        grouped = self._grouped  # after the mark, before the wait: see synchronize()
         rc, name = wait_for(_ffi.api(), "aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeStream", (cdata,), ms,
                             _SYNC_TIMEOUT)
         if rc:
             raise self._failure(rc, name, upto, ms)
-        if not groups:  # see groups_open
+        if not grouped:
             _trace.completed(self._progress, upto)
-            self._let_go(held, count, upto)
+            self._let_go(end, upto)
 
     def _failure(self, rc: int, name: str, upto: int, ms: int = -1) -> Exception:
         """The exception for a wait (of ``ms`` milliseconds) that returned ``rc``. Anything but the
@@ -343,29 +380,48 @@ class Stream:
     def query(self) -> bool:
         """True if all work queued so far has finished, without waiting; False otherwise."""
         bound = _ffi.api()
-        held = self._held
-        count = len(held)
+        end = self._held_end()
         upto = _trace.mark()
-        groups = groups_open  # before the C call: see synchronize()
+        grouped = self._grouped  # after the mark, before the C call: see synchronize()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
         if rc == _SYNC_TIMEOUT:
             return False
         if rc:
             raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
-        if not groups:  # see groups_open
+        if not grouped:
             _trace.completed(self._progress, upto)
-            self._let_go(held, count, upto)
+            self._let_go(end, upto)
         return True
 
-    def wait_event(self, event: "Event") -> None:  # noqa: F821 (Event imported lazily)
+    def wait_event(self, event: Event) -> None:
         """Make work queued after this call wait until ``event`` completes."""
-        from ._event import Event
+        from ._event import Event  # at run time here: _event imports this module
 
         if not isinstance(event, Event):
             raise TypeError(f"event must be an hcclpy.Event, got {type(event).__name__}")
         _ffi.check_acl(_ffi.api().aclrtStreamWaitEvent(self._cdata(), event._cdata()), "aclrtStreamWaitEvent")
 
-    def record(self, event: "Optional[Event]" = None) -> "Event":  # noqa: F821
+    def wait_stream(self, stream: Stream) -> None:
+        """Make work queued after this call wait until the work queued on ``stream`` so far is
+        done (an event recorded on ``stream``, then :meth:`wait_event`)."""
+        from ._event import Event
+
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream must be an hcclpy.Stream, got {type(stream).__name__}")
+        if stream._device_id != self._device_id:
+            raise ValueError(f"stream is on device {stream._device_id} but this stream is on "
+                             f"device {self._device_id}; a stream waits for streams of its own device")
+        self._check_open()
+        event = Event._create(self._device, False)
+        try:
+            event.record(stream)
+            self.wait_event(event)
+        except BaseException:
+            event.close()
+            raise
+        self._hold((event,))  # the wait reads the event: it lives until this stream is known past it
+
+    def record(self, event: Optional[Event] = None) -> Event:
         """Record ``event`` (a new timing event if None) at the current end of this stream."""
         from ._event import Event
 

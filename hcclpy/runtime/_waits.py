@@ -11,11 +11,35 @@ a wait without a limit is one call of the untimed wait, which Ctrl-C cannot end.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from functools import partial
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 WAIT_SLICE_MS = 100  # the longest a wait stays in one C call
+
+
+def seconds(timeout: Any, argument: str = "timeout", *, finite: bool = False) -> Optional[float]:
+    """A timeout argument checked: None (no limit) for None, and for ``math.inf`` unless ``finite``;
+    otherwise its seconds as a float.
+
+    Raises
+    ------
+    TypeError
+        If ``timeout`` is not a number (a bool is not one).
+    ValueError
+        If it is negative or NaN (or infinite, when ``finite``).
+    """
+    allowed = f"None (no limit) or a {'finite ' if finite else ''}number of seconds >= 0"
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{argument}={timeout!r} must be {allowed}, not a {type(timeout).__name__}")
+    if timeout == math.inf and not finite:
+        return None
+    if not 0 <= timeout < math.inf:  # false for NaN too
+        raise ValueError(f"{argument}={timeout!r} must be {allowed}")
+    return float(timeout)
 
 
 def waited(ms: int) -> str:
