@@ -28,7 +28,7 @@ from .collectives import group
 from .communicator import Communicator
 from .config import CommConfig
 from .errors import (AclError, CommTimeoutError, HcclError, HcclpyError, LibraryNotFoundError, RemoteRankError,
-                     UnsupportedError)
+                     SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
 from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, from_numpy, pinned_empty, zeros
 from .types import DataType, ReduceOp
@@ -41,8 +41,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",
-    "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo", "Stream",
-    "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
+    "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo",
+    "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
     "library_info", "pinned_empty", "shutdown", "trace", "zeros",
 ]
 

@@ -39,6 +39,7 @@ from .errors import CommTimeoutError
 from .rendezvous import RendezvousServer, fetch_root_info, job_token
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count
+from .runtime._device import DeviceLike
 
 __all__ = ["LaunchInfo", "detect_launch", "first_host", "init", "shutdown", "world"]
 
@@ -225,9 +226,10 @@ def _exchange_by_file(path: str, rank: int, device: Device, timeout: float, toke
         time.sleep(0.01)
 
 
-def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: Any = None,
+def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: Optional[DeviceLike] = None,
          config: Union[CommConfig, Mapping[str, Any], None] = None, timeout: float = 300.0, *,
-         rank_table: Optional[str] = None, mpi_comm: Any = None, store_path: Optional[str] = None) -> Communicator:
+         rank_table: Optional[Union[str, "os.PathLike[str]"]] = None, mpi_comm: Any = None,
+         store_path: Optional[Union[str, "os.PathLike[str]"]] = None) -> Communicator:
     """Create the world communicator for this process and return it.
 
     Parameters

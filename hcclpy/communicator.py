@@ -18,7 +18,7 @@ from .config import CommConfig
 from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, communicator_error
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
-from .runtime._device import check_visible, visible_devices
+from .runtime._device import DeviceLike, check_visible, visible_devices
 from .runtime._waits import seconds
 from .types import DataType
 
@@ -153,7 +153,7 @@ class Communicator(CommCore):
     __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_aborted", "_destroying")
 
     def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
-                 device: Any = None) -> None:
+                 device: Optional[DeviceLike] = None) -> None:
         nranks = _positive_int(nranks, "nranks")
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < nranks:
             raise ValueError(f"rank={rank!r} must be an int in [0, {nranks})")
@@ -224,8 +224,8 @@ class Communicator(CommCore):
     # ----------------------------------------------------------------- other constructors
 
     @classmethod
-    def from_rank_table(cls, path: str, rank: int, *, config: ConfigLike = None,
-                        device: Any = None) -> "Communicator":
+    def from_rank_table(cls, path: Union[str, "os.PathLike[str]"], rank: int, *, config: ConfigLike = None,
+                        device: Optional[DeviceLike] = None) -> "Communicator":
         """Create a communicator from a rank-table JSON file (``HcclCommInitClusterInfo``).
 
         No root info is exchanged: the table lists every rank's server and device. ``device`` must be

@@ -30,6 +30,7 @@ __all__ = [
     "HcclpyError",
     "LibraryNotFoundError",
     "RemoteRankError",
+    "SimulatorFallbackWarning",
     "UnsupportedError",
     "acl_error",
     "communicator_error",
@@ -47,6 +48,11 @@ class LibraryNotFoundError(HcclpyError, OSError):
 
 class UnsupportedError(HcclpyError, NotImplementedError):
     """The loaded library does not provide a function or feature (it needs a newer CANN)."""
+
+
+class SimulatorFallbackWarning(UserWarning):
+    """No CANN installation was found, so hcclpy runs on its CPU simulator (``HCCLPY_BACKEND=sim``
+    chooses the simulator without this warning)."""
 
 
 class _Category(HcclpyError):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import _ffi
 from .runtime import Device
+from .runtime._device import DeviceLike
 
 __all__ = ["RootInfo", "ROOT_INFO_BYTES"]
 
@@ -26,7 +27,7 @@ class RootInfo:
 
     __slots__ = ("_data",)
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Union[bytes, bytearray, memoryview]) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"root info must be bytes, got {type(data).__name__}")
         data = bytes(data)
@@ -35,7 +36,7 @@ class RootInfo:
         self._data = data
 
     @classmethod
-    def generate(cls, device: Optional[Any] = None) -> "RootInfo":
+    def generate(cls, device: Optional[DeviceLike] = None) -> "RootInfo":
         """Call ``HcclGetRootInfo`` (on ``device``, default: the thread's current device, else 0)."""
         bound = _ffi.api()
         info = _ffi.new("HcclRootInfo *")
@@ -44,12 +45,15 @@ class RootInfo:
         return cls(bytes(_ffi.buffer(info)))
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "RootInfo":
+    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> "RootInfo":
         """Rebuild a root info from :meth:`to_bytes` output."""
         return cls(data)
 
     def to_bytes(self) -> bytes:
         """The 4108 bytes of the ``HcclRootInfo``."""
+        return self._data
+
+    def __bytes__(self) -> bytes:
         return self._data
 
     def _cdata(self) -> Any:

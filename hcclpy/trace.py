@@ -42,7 +42,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Union
 
 from . import _ffi, _trace
 from .errors import AclError, AclErrorCode, CommTimeoutError, HcclError, RemoteRankError
@@ -174,7 +174,7 @@ def chrome_trace(items: List[Dict[str, Any]], process: Dict[str, Any]) -> Dict[s
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def dump(path: Any) -> Path:
+def dump(path: Union[str, "os.PathLike[str]"]) -> Path:
     """Write this process's records to ``path`` (JSON) and a Chrome trace next to it
     (``name.chrome.json``); return the JSON file's path.
 

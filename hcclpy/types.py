@@ -31,6 +31,14 @@ class DataType(enum.IntEnum):
     BFP16 = 11
     BF16 = 11  # alias: the name torch and ml_dtypes use
 
+    # The lower-case name, as reprs and messages spell it: an IntEnum prints its number from
+    # Python 3.11 on, and "4" says nothing. Compare with NumPy through .numpy (x.dtype.numpy == np.float32).
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
     @property
     def itemsize(self) -> int:
         """Size of one element in bytes."""
@@ -49,6 +57,9 @@ class ReduceOp(enum.IntEnum):
     PROD = 1
     MAX = 2
     MIN = 3
+
+    __str__ = DataType.__str__  # "sum", not "0"
+    __format__ = DataType.__format__
 
 
 _ITEMSIZE = {

@@ -178,7 +178,7 @@ def _child_main(fn: Callable[..., Any], rank: int, size: int, info: bytes, args:
     # If this rank hangs, its stacks reach the test's output before the parent kills it.
     faulthandler.dump_traceback_later(hang_report_after, exit=False)
     try:
-        from hcclpy._ffi import SimulatorFallbackWarning
+        from hcclpy import SimulatorFallbackWarning
 
         warnings.simplefilter("ignore", SimulatorFallbackWarning)  # once per process, 8 processes: noise
         import hcclpy

@@ -19,7 +19,7 @@ import pytest
 import hcclpy
 import ranks
 
-pytestmark = pytest.mark.filterwarnings("ignore::hcclpy._ffi.SimulatorFallbackWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::hcclpy.SimulatorFallbackWarning")
 
 
 def _peer_waits_for_unsynchronised_work(rank: int, size: int, info: bytes, flag: str,

@@ -212,9 +212,9 @@ def _matrix(rank: int, size: int, info: bytes) -> List[str]:
         ("send_displs negative", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], [0, -1]), ValueError,
          "^send_displs must not contain negative"),
         ("send_counts length", lambda: cm.all_to_all_v(f32, f32b, [1, 1, 1], [1, 1]), ValueError,
-         "^send_counts must be 2 non-negative ints"),
+         "^send_counts must hold 2 non-negative ints"),
         ("recv_displs length", lambda: cm.all_to_all_v(f32, f32b, [1, 1], [1, 1], None, [0]), ValueError,
-         "^recv_displs must be 2"),
+         "^recv_displs must hold 2"),
         ("send_counts float", lambda: cm.all_to_all_v(f32, f32b, [1.5, 1], [1, 1]), ValueError, "^send_counts"),
         ("send_counts str", lambda: cm.all_to_all_v(f32, f32b, "11", [1, 1]), ValueError, "^send_counts"),
         ("send_counts huge", lambda: cm.all_to_all_v(f32, f32b, [2**64, 1], [1, 1]), ValueError, "^send_counts"),
@@ -491,7 +491,9 @@ def test_runtime_factory_arguments() -> None:
          r"^op=<DataType\.INT32: 2> is not a reduce operation \(sum, prod, max, min\): it is a DataType$"),
         ("dtype a ReduceOp", lambda: hcclpy.empty(4, hcclpy.ReduceOp.MAX), TypeError,
          r"^dtype=<ReduceOp\.MAX: 2> is not a data type: it is a ReduceOp$"),
-        ("shape a float", lambda: hcclpy.empty(2.5), TypeError, r"^shape=2\.5 must be an int or a sequence of ints"),
+        ("shape a float", lambda: hcclpy.empty(2.5), TypeError, r"^shape=2\.5 must be an int or a sequence of ints$"),
+        ("shape with a bool", lambda: hcclpy.empty((2, True)), TypeError,
+         r"^shape=\(2, True\) must be an int or a sequence of ints \(a bool is not a size\)$"),
         ("reshape None", lambda: hcclpy.empty(6).reshape(None), TypeError, "^shape=None must be"),
         ("dtype 'float'", lambda: hcclpy.empty(2, "float"), TypeError,
          r"^dtype='float' is ambiguous \(float32 in torch, float64 in NumPy\): name the size"),
@@ -893,6 +895,20 @@ def test_numpy_calls_name_the_argument_that_is_wrong() -> None:
         ("scatter list with out", lambda: comm.scatter([1, 2], out=np.zeros(1, np.float32)), TypeError,
          r"^send is a list: host values go in a numpy\.ndarray \(np\.asarray\(\.\.\.\)\), then out= receives"),
         ("broadcast float with out", lambda: comm.broadcast(1.0, out=np.zeros(1)), TypeError, "^buf is a float"),
+        ("reduce_scatter_v op where the counts go", lambda: comm.reduce_scatter_v(x, [4], "max"), ValueError,
+         r"^send_counts must hold 1 non-negative int \(one per rank\), got 'max', a reduce op: pass it by name, "
+         r"op='max' \(it comes after the counts\)$"),
+        ("all_gather_v output where the counts go", lambda: comm.all_gather_v(x, np.zeros(2)), ValueError,
+         r"^recv_counts must hold 1 non-negative int \(one per rank\), got a float64 array of shape \(2,\)$"),
+        ("broadcast of two device buffers", lambda: comm.broadcast(dev, hcclpy.zeros(4, device=0)), ValueError,
+         r"^root=<hcclpy\.DeviceArray .*> must be a rank of communicator .*: a buffer came where the root goes "
+         r"\(broadcast works in place: broadcast\(buf, root=\.\.\.\)\)$"),
+        ("all_gather without recv", lambda: comm.all_gather(dev, stream=s), TypeError,
+         r"^recv must be a device buffer .*got NoneType; this operation's device form writes its result there"),
+        ("all_reduce op a DataType", lambda: comm.all_reduce(dev, op=hcclpy.DataType.INT32, stream=s), TypeError,
+         r"^op=<DataType\.INT32: 2> is not a reduce operation"),
+        ("NumPy all_reduce op a DataType", lambda: comm.all_reduce(x, op=hcclpy.DataType.FP16), TypeError,
+         r"^op=<DataType\.FP16: 3> is not a reduce operation"),
     ]
     try:
         failures = _run_matrix(cases)

@@ -264,3 +264,13 @@ def test_async_error_after_another_rank_aborted_is_a_remote_error() -> None:
                     out[1]["message"]), out[1]
     assert "rank 0" in out[1]["message"], out[1]
     assert not any("HcclGetCommAsyncError failed" in result["message"] for result in out)
+
+
+def test_enums_print_their_names_and_the_fallback_warning_is_public() -> None:
+    assert (str(hcclpy.DataType.FP32), f"{hcclpy.DataType.BF16}", f"{hcclpy.ReduceOp.MAX:>4}") == ("fp32", "bfp16", " max")
+    assert repr(hcclpy.ReduceOp.SUM) == "<ReduceOp.SUM: 0>" and int(hcclpy.DataType.FP32) == 4
+    assert hcclpy.zeros(2, "float32", device=0).dtype.numpy == np.float32
+    assert hcclpy.SimulatorFallbackWarning is errors.SimulatorFallbackWarning is hcclpy._ffi.SimulatorFallbackWarning
+    assert issubclass(hcclpy.SimulatorFallbackWarning, UserWarning)
+    info = hcclpy.RootInfo.generate(device=0)
+    assert bytes(info) == info.to_bytes() and hcclpy.RootInfo(bytearray(bytes(info))) == info

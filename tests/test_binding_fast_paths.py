@@ -67,7 +67,7 @@ def test_what_the_checks_refuse_is_refused_after_a_layout_is_known(comm: hcclpy.
     call: Callable[..., Any] = CALLS[name]
     send, recv = _arrays(comm)
     call(comm, send, recv, [N])
-    with pytest.raises(ValueError, match="non-negative ints|must be a"):
+    with pytest.raises(ValueError, match="non-negative ints?|must be a"):
         call(comm, send, recv, [float(N)])  # equal to the known layout, but not ints
     small = hcclpy.zeros(N // 2, "float32", device=comm.device)
     with pytest.raises(ValueError, match="holds|must equal"):

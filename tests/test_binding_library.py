@@ -65,7 +65,7 @@ _SEARCH_VARIABLES = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "HCCLPY_LIBASCEN
 
 # Prints the backend and how libhccl.so was found, or the error that loading the libraries raised.
 _LOAD = ("import warnings, hcclpy\n"
-         "from hcclpy._ffi import SimulatorFallbackWarning\n"
+         "from hcclpy import SimulatorFallbackWarning\n"
          "warnings.simplefilter('error', SimulatorFallbackWarning)\n"
          "try:\n"
          "    info = hcclpy.library_info()\n"

@@ -33,7 +33,7 @@ from hcclpy.bootstrap import DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, LaunchInfo, 
 from hcclpy.rendezvous import RendezvousError, fetch_root_info, free_port, job_token
 
 pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.filterwarnings("ignore::hcclpy._ffi.SimulatorFallbackWarning")]
+              pytest.mark.filterwarnings("ignore::hcclpy.SimulatorFallbackWarning")]
 
 # Every variable detect_launch / init / job_token read: cleared for the in-process tests.
 LAUNCH_VARIABLES = (

@@ -25,15 +25,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from ..errors import LibraryNotFoundError
+from ..errors import LibraryNotFoundError, SimulatorFallbackWarning
 
 __all__ = ["LoadedLibrary", "SimulatorFallbackWarning", "open_libraries"]
 
 INSTALL_ROOTS = ("/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest")
-
-
-class SimulatorFallbackWarning(UserWarning):
-    """No CANN installation was found, so hcclpy runs on its CPU simulator."""
 
 
 @dataclasses.dataclass(frozen=True)

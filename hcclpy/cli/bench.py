@@ -301,7 +301,7 @@ def _check_devices(args: argparse.Namespace) -> None:
     import warnings
 
     import hcclpy
-    from .._ffi import SimulatorFallbackWarning
+    from ..errors import SimulatorFallbackWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SimulatorFallbackWarning)  # each rank warns anyway

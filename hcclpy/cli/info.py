@@ -27,6 +27,7 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import __version__
+from ..errors import SimulatorFallbackWarning
 
 __all__ = ["add_parser", "collect", "format_text", "run"]
 
@@ -100,7 +101,7 @@ def collect() -> Dict[str, Any]:
     try:
         with warnings.catch_warnings():
             # The report says which backend is in use; the fallback warning would only repeat it.
-            warnings.simplefilter("ignore", _ffi.SimulatorFallbackWarning)
+            warnings.simplefilter("ignore", SimulatorFallbackWarning)
             library = hcclpy.library_info()
     except Exception as exc:  # noqa: BLE001 - the report is how this failure gets explained
         report["error"] = f"{type(exc).__name__}: {exc}"

@@ -172,5 +172,7 @@ def resolve(buf: Any, argument: str) -> Buffer:
         return _from_dlpack(buf, argument)
     host_values = isinstance(buf, (list, float, int, np.generic))
     hint = "; host values go in a numpy.ndarray (np.asarray(...))" if host_values else ""
+    if buf is None:  # recv left out: only some operations work in place
+        hint = "; this operation's device form writes its result there, so it needs one"
     raise TypeError(f"{argument} must be a device buffer (hcclpy.DeviceArray, (ptr, count, dtype) tuple, NPU "
                     f"tensor or DLPack object), got {type(buf).__name__}{hint}")

@@ -83,7 +83,7 @@ def _comm_handle(comm: Any) -> Any:
 def _stream(comm: CommCore, stream: Optional[Stream]) -> Stream:
     if stream is None:
         stream = comm._device.default_stream
-    elif type(stream) is not Stream:
+    elif not isinstance(stream, Stream):  # a subclass too: the fast paths, which test the type alone, send it here
         raise TypeError(f"stream must be an hcclpy.Stream or None, got {type(stream).__name__}")
     if stream._device_id != comm._device_id:
         raise ValueError(f"stream is on device {stream._device_id} but communicator '{comm._name}' runs on "
@@ -210,8 +210,11 @@ def _rank(comm: CommCore, value: Any, argument: str) -> int:
     if type(value) is int and 0 <= value < comm._size:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < comm._size:
+        hint = ""
+        if argument == "root" and (type(value) is DeviceArray or hasattr(value, "__dlpack__")):
+            hint = ": a buffer came where the root goes (broadcast works in place: broadcast(buf, root=...))"
         raise ValueError(f"{argument}={value!r} must be a rank of communicator '{comm._name}' "
-                         f"(0..{comm._size - 1})")
+                         f"(0..{comm._size - 1}){hint}")
     return int(value)
 
 
@@ -240,7 +243,8 @@ def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]
         return key
     if key is None or len(key) != comm._size or any(
             isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in key):
-        raise ValueError(f"{argument} must be {comm._size} non-negative ints (one per rank), got {values!r}")
+        raise ValueError(f"{argument} must hold {comm._size} non-negative int{'s' if comm._size > 1 else ''} "
+                         f"(one per rank), got {_shown(values)}")
     if any(v < 0 for v in key):
         raise ValueError(f"{argument} must not contain negative counts, got {values!r}")
     if any(v > MAX_COUNT for v in key):
@@ -249,6 +253,16 @@ def _count_vector(values: Any, comm: CommCore, argument: str) -> Tuple[int, ...]
     checked = tuple(int(v) for v in key)
     _c_vector(comm, checked)  # remember the layout as checked
     return checked
+
+
+def _shown(values: Any) -> str:
+    """``values`` as a message about counts shows it: a reduce op's name says where it belongs, and
+    an array of other than ints shows its type, not its contents."""
+    if isinstance(values, str) and values.lower() in _OP_CODES:
+        return f"{values!r}, a reduce op: pass it by name, op={values!r} (it comes after the counts)"
+    if isinstance(values, np.ndarray) and values.dtype.kind not in "iu":
+        return f"a {values.dtype} array of shape {values.shape}"
+    return repr(values)
 
 
 def _given_displacements(displs: Any, comm: CommCore, argument: str) -> Optional[Tuple[int, ...]]:

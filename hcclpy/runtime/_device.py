@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class Device:
 
     __slots__ = ("_id",)
 
-    def __new__(cls, device_id: int = 0) -> "Device":
+    def __new__(cls, device_id: DeviceLike = 0) -> "Device":
         if isinstance(device_id, Device):
             return device_id
         if isinstance(device_id, np.integer):
@@ -196,6 +196,10 @@ class Device:
                     stream = self.create_stream()
                     self._default_streams[self._id] = stream
         return stream
+
+
+# What every device argument takes: a device id (an int, NumPy's too) or a Device.
+DeviceLike = Union[int, "np.integer[Any]", Device]
 
 
 def _forget_streams_after_fork() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _ffi
 from ..types import DataType, as_datatype, numpy_dtype
-from ._device import Device, check_visible
+from ._device import Device, DeviceLike, check_visible
 from ._lifetime import attach, close_now
 from . import _stream
 from ._stream import Stream
@@ -44,13 +44,15 @@ def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
 
 
 def _shape_of(shape: ShapeLike, negative_ok: bool = False) -> Tuple[int, ...]:
+    bools = (bool, np.bool_)
     try:
-        given = (shape,) if isinstance(shape, (int, np.integer, bool, np.bool_)) else tuple(shape)
-        if any(isinstance(d, (bool, np.bool_)) for d in given):  # ints to Python, never sizes (as for NumPy)
-            raise TypeError
-        dims = tuple(operator.index(d) for d in given)
+        given = (shape,) if isinstance(shape, (int, np.integer, *bools)) else tuple(shape)
+        dims = tuple(operator.index(d) for d in given if not isinstance(d, bools))  # as NumPy: no bool is a size
     except TypeError:
-        raise TypeError(f"shape={shape!r} must be an int or a sequence of ints (a bool is not a size)") from None
+        dims = None
+    if dims is None or len(dims) != len(given):
+        hint = " (a bool is not a size)" if dims is not None else ""
+        raise TypeError(f"shape={shape!r} must be an int or a sequence of ints{hint}") from None
     if any(d < (-1 if negative_ok else 0) for d in dims):
         raise ValueError(f"shape={shape!r} has a negative dimension")
     return dims
@@ -396,7 +398,7 @@ class DeviceArray:
         self.close()
 
 
-def empty(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> DeviceArray:
+def empty(shape: ShapeLike, dtype: Any = "float32", *, device: Optional[DeviceLike] = None) -> DeviceArray:
     """Allocate an uninitialised device array.
 
     Parameters
@@ -417,14 +419,14 @@ def empty(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> De
     return DeviceArray._view(_Allocation(_byte_size(dims, datatype.itemsize), dev), 0, dims, datatype)
 
 
-def zeros(shape: ShapeLike, dtype: Any = "float32", *, device: Any = None) -> DeviceArray:
+def zeros(shape: ShapeLike, dtype: Any = "float32", *, device: Optional[DeviceLike] = None) -> DeviceArray:
     """Allocate a zero-filled device array (see :func:`empty`)."""
     array = empty(shape, dtype, device=device)
     array.fill_zero()
     return array
 
 
-def from_numpy(array: np.ndarray, *, device: Any = None) -> DeviceArray:
+def from_numpy(array: np.ndarray, *, device: Optional[DeviceLike] = None) -> DeviceArray:
     """Copy a NumPy array to a new device array of the same shape and dtype (values stored in the
     other byte order are converted to the machine's, the only order HCCL reads)."""
     if not isinstance(array, np.ndarray):

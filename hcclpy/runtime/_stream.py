@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
-from ._device import Device, check_visible
+from ._device import Device, DeviceLike, check_visible
 from ._lifetime import attach
 from ._waits import WAIT_SLICE_MS, seconds, wait_for, waited, wait_in_slices
 
@@ -192,7 +192,7 @@ class Stream:
         return cls._wrap(_ffi.address(out[0]), device, owned=True)
 
     @classmethod
-    def from_handle(cls, handle: int, *, device: "int | Device", owner: Any = None) -> "Stream":
+    def from_handle(cls, handle: int, *, device: DeviceLike, owner: Any = None) -> "Stream":
         """Borrow a stream created elsewhere (``handle`` is its ``aclrtStream`` as an int).
 
         hcclpy never destroys a borrowed stream: whoever created it must keep it alive while hcclpy

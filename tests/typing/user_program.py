@@ -1,0 +1,68 @@
+"""A program written as hcclpy's users write them, annotated: ``mypy --strict`` must accept it
+(tests/test_typing.py). It is type-checked, not run."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import List, Optional
+
+import numpy as np
+
+import hcclpy
+from hcclpy.errors import AclTimeoutError, HcclRemoteError, HcclTimeoutError
+
+
+def timed_all_reduce(comm: hcclpy.Communicator, n: int) -> float:
+    stream: hcclpy.Stream = comm.device.create_stream()
+    x: hcclpy.DeviceArray = hcclpy.zeros(n, "float32", device=comm.device)
+    start: hcclpy.Event = stream.record()
+    comm.all_reduce(x, stream=stream)
+    end: hcclpy.Event = stream.record()
+    other = comm.device.create_stream()
+    other.wait_event(end)
+    other.wait_stream(stream)
+    end.synchronize(timeout=30.0)
+    milliseconds: float = start.elapsed_time(end)
+    for s in (stream, other):
+        s.close()
+    return milliseconds
+
+
+def on_a_device(device: hcclpy.Device) -> hcclpy.DeviceArray:
+    same: hcclpy.Device = hcclpy.Device(device)
+    by_number = hcclpy.Device(np.int64(0))
+    return hcclpy.from_numpy(np.ones(4, dtype=np.float32), device=same if same == by_number else 0)
+
+
+def what_went_wrong(error: hcclpy.HcclpyError) -> str:
+    if isinstance(error, (hcclpy.CommTimeoutError, hcclpy.RemoteRankError)):
+        code: Optional[int] = error.code
+        return f"{error.name} {error.api} {code} {error.detail}"
+    if isinstance(error, (hcclpy.AclError, hcclpy.HcclError)):
+        number: int = error.code
+        return f"{error.name} ({number})"
+    return str(error)
+
+
+def categories() -> List[type]:
+    return [AclTimeoutError, HcclTimeoutError, HcclRemoteError, hcclpy.SimulatorFallbackWarning]
+
+
+def set_up(table: pathlib.Path, store: "os.PathLike[str]") -> hcclpy.Communicator:
+    info = hcclpy.RootInfo.from_bytes(bytearray(bytes(hcclpy.RootInfo.generate(device=0))))
+    comm = hcclpy.Communicator(1, info, 0, device=hcclpy.Device(0))
+    comm.destroy(timeout=5)
+    from_table: hcclpy.Communicator = hcclpy.Communicator.from_rank_table(table, 0)
+    from_table.destroy()
+    return hcclpy.init(store_path=store, rank_table=None, device=0)
+
+
+def names() -> str:
+    dtype: hcclpy.DataType = hcclpy.DataType.FP32
+    op: hcclpy.ReduceOp = hcclpy.ReduceOp.MAX
+    return f"{dtype} {op} {dtype.numpy} {dtype.itemsize}"
+
+
+def mark(stream: hcclpy.Stream) -> hcclpy.Event:
+    return stream.record()
