@@ -472,6 +472,10 @@ class Communicator(CommCore):
         abort (yours or the timeout's), destroy waits up to a few seconds for the stopped
         operations to be released.
 
+        No other thread may be inside a call on the communicator meanwhile (as for
+        ``HcclCommDestroy``, whose handle such a call would use after it is freed): end those
+        calls first, or :meth:`abort` the communicator, the one call meant for another thread.
+
         Parameters
         ----------
         timeout

@@ -156,13 +156,11 @@ def _done(rc: int, name: str, stream: Stream, keep: Iterable[Any], comm: CommCor
     collectives') and keep its buffers (``keep``) alive until ``stream`` is done with them."""
     if rc:
         raise _ffi.hccl_failure(rc, name)
-    grouped = _grouping and _in_group(stream)  # before the record: see Stream.synchronize
+    if _grouping:  # a group is open somewhere: on this thread, the stream counts the operation
+        _count_in_group(stream)  # (before the record: see Stream.synchronize)
     if _recording:
         _record((_now(), comm._trace_info, next(numbering or comm._trace_seq), name, count, dtype, detail,
                  stream._progress, stream._handle))
-    if grouped:  # not on the stream before the group ends: the group holds them until then
-        _group.held.append((stream, tuple(keep)))
-        return
     # The buffers themselves, not a tuple of them: a tuple per call, kept until the stream drains,
     # is one more object for every garbage collection to walk (~0.1 us a call).
     held = stream._held
@@ -481,9 +479,8 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
                                              st._ptr_cdata)
                 if rc:
                     raise _ffi.hccl_failure(rc, "HcclAllReduce")
-                if _grouping:  # a group is open (on some thread): the general bookkeeping
-                    _done(0, "HcclAllReduce", st, (send, recv), comm, send._size, send._dtype_c, code)
-                    return target
+                if _grouping:  # a group is open (on some thread)
+                    _count_in_group(st)
                 if _recording:
                     _record((_now(), comm._trace_info, next(comm._trace_seq), "HcclAllReduce", send._size,
                              send._dtype_c, code, st._progress, st._handle))
@@ -1240,36 +1237,34 @@ def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
 
 class _GroupState(threading.local):
     """The calling thread's group nesting and, inside a group, ``pending``: the callbacks for its
-    end, and ``held``: ``(stream, buffers)`` of its operations, which go on their streams only
-    when it ends. ``depth`` is a class attribute, every thread's default: a thread-local attribute
-    that is missing would cost an exception on each lookup (~0.7 us)."""
+    end, and ``streams``: the stream of each of its operations, which HCCL queues only when it
+    ends. ``depth`` is a class attribute, every thread's default: a thread-local attribute that
+    is missing would cost an exception on each lookup (~0.7 us)."""
 
     depth = 0
 
 
 _group = _GroupState()
 _groups_lock = threading.Lock()  # guards _grouping and the streams' _grouped counts
-_grouping = 0  # how many groups are open, on every thread: while none is, the operations skip _in_group
+_grouping = 0  # how many groups are open, on every thread: while none is, the operations skip _count_in_group
 
 
-def _in_group(stream: Stream) -> bool:
-    """True if the calling thread is inside a group; then ``stream`` counts one more operation
-    of an open group (see ``Stream._grouped``) until the group ends."""
-    if _group.depth == 0:
-        return False
+def _count_in_group(stream: Stream) -> None:
+    """Inside a group on the calling thread, ``stream`` counts one more operation of an open
+    group (``Stream._grouped``: until the group ends, waits on it neither let go of buffers nor
+    mark work complete), until the group ends."""
+    if _group.depth:
+        with _groups_lock:
+            stream._grouped += 1
+        _group.streams.append(stream)
+
+
+def _end_group_counts() -> None:
+    """The outermost group of the calling thread has ended: HCCL queued its operations, which
+    their streams stop counting as operations of a group."""
+    streams, _group.streams = _group.streams, []
     with _groups_lock:
-        stream._grouped += 1
-    return True
-
-
-def _end_group_holds() -> None:
-    """The outermost group of the calling thread has ended, and HCCL queued its operations: their
-    streams hold their buffers from now on, and stop counting them as operations of a group."""
-    held, _group.held = _group.held, []
-    for stream, keep in held:
-        stream._hold(keep)
-    with _groups_lock:
-        for stream, _keep in held:
+        for stream in streams:
             stream._grouped -= 1
 
 
@@ -1298,14 +1293,14 @@ def group() -> Iterator[None]:
     ...     comm.send(x, peer=1)
     ...     comm.recv(y, peer=1)
     """
+    global _grouping
     bound = _ffi.api()
     rc = bound.HcclGroupStart()
     if rc:
         raise _ffi.hccl_failure(rc, "HcclGroupStart")
-    global _grouping
     if not group_active():
         _group.pending = []
-        _group.held = []
+        _group.streams = []
     _group.depth += 1
     _closes[0] += 1  # remembered batches are looked at again (see _batch_open), which a group refuses
     with _groups_lock:
@@ -1315,11 +1310,10 @@ def group() -> Iterator[None]:
     finally:
         _group.depth -= 1
         rc = bound.HcclGroupEnd()
-        if _group.depth == 0:
-            _end_group_holds()  # whether or not it failed: what HCCL queued must keep its buffers
         with _groups_lock:
             _grouping -= 1
         if _group.depth == 0:
+            _end_group_counts()  # HCCL has queued the group's operations (or failed to)
             pending, _group.pending = _group.pending, []
             for callback in pending:
                 callback(rc == 0)
