@@ -1251,8 +1251,8 @@ _grouping = 0  # how many groups are open, on every thread: while none is, the o
 
 def _count_in_group(stream: Stream) -> None:
     """Inside a group on the calling thread, ``stream`` counts one more operation of an open
-    group (``Stream._grouped``: until the group ends, waits on it neither let go of buffers nor
-    mark work complete), until the group ends."""
+    group (``Stream._grouped``) until the group ends: meanwhile, waits on the stream neither let
+    go of buffers nor mark work complete."""
     if _group.depth:
         with _groups_lock:
             stream._grouped += 1
