@@ -4,6 +4,7 @@ against them, and a wrong one is caught."""
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -30,11 +31,14 @@ def test_a_users_program_type_checks() -> None:
 
 def test_a_wrong_program_is_caught(tmp_path: pathlib.Path) -> None:
     program = tmp_path / "wrong.py"
-    program.write_text("import hcclpy\n\n"
+    program.write_text("import numpy as np\n"
+                       "import hcclpy\n\n"
                        "def mark(stream: hcclpy.Stream) -> int:\n"
                        "    return stream.record()\n\n"
-                       "stream: hcclpy.Stream = hcclpy.Device(0).create_event()\n")
+                       "stream: hcclpy.Stream = hcclpy.Device(0).create_event()\n"
+                       "array: hcclpy.DeviceArray = hcclpy.init().all_reduce(np.ones(3))\n")
     result = _mypy(program)
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'Incompatible return value type (got "Event", expected "int")' in result.stdout
     assert 'expression has type "Event", variable has type "Stream"' in result.stdout
+    assert re.search(r'expression has type "ndarray\[.*\]", variable has type "DeviceArray"', result.stdout)

@@ -25,7 +25,7 @@ import contextlib
 import operator
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, overload
 
 import numpy as np
 
@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 _SUM = ReduceOp.SUM
+# For type checkers: the buffer a device form writes is what it returns (the NumPy forms return
+# arrays; the overloads of the operations say which is which).
+_Out = TypeVar("_Out")
 _SUM_CODE = _SUM._value_  # the default op, recognised by identity before the dictionary lookup
 
 # The flight recorder (hcclpy._trace), as module globals: the hot path reads them fastest so.
@@ -430,6 +433,15 @@ def _apart(a: DeviceArray, b: DeviceArray) -> bool:
 
 # ------------------------------------------------------------------------------ reductions
 
+@overload
+def all_reduce(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, op: Any = _SUM, *,
+               stream: None = None, out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_reduce(comm: CommCore, send: _Out, recv: None = None, op: Any = _SUM, *, stream: Optional[Stream] = None,
+               out: None = None) -> _Out: ...
+@overload
+def all_reduce(comm: CommCore, send: Any, recv: _Out, op: Any = _SUM, *, stream: Optional[Stream] = None,
+               out: None = None) -> _Out: ...
 def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, stream: Optional[Stream] = None,
                out: Any = None) -> Any:
     """Reduce ``send`` across all ranks into ``recv`` on every rank (``recv=None``: in place).
@@ -517,6 +529,15 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *, s
     return send if recv is None else recv
 
 
+@overload
+def reduce(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, op: Any = _SUM, root: int = 0, *,
+           stream: None = None, out: Optional[np.ndarray] = None) -> Optional[np.ndarray]: ...
+@overload
+def reduce(comm: CommCore, send: _Out, recv: None = None, op: Any = _SUM, root: int = 0, *,
+           stream: Optional[Stream] = None, out: None = None) -> Optional[_Out]: ...
+@overload
+def reduce(comm: CommCore, send: Any, recv: _Out, op: Any = _SUM, root: int = 0, *,
+           stream: Optional[Stream] = None, out: None = None) -> Optional[_Out]: ...
 def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: int = 0, *,
            stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce ``send`` across all ranks into ``recv`` on ``root`` only.
@@ -569,6 +590,12 @@ def reduce(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, root: in
     return (send if recv is None else recv) if is_root else None
 
 
+@overload
+def reduce_scatter(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, op: Any = _SUM, *,
+                   stream: None = None, out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def reduce_scatter(comm: CommCore, send: Any, recv: _Out, op: Any = _SUM, *,
+                   stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, *,
                    stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Reduce ``send`` (``size * n`` elements) across ranks; rank ``r`` receives block ``r`` in ``recv``
@@ -671,6 +698,11 @@ def reduce_scatter_v(comm: CommCore, send: Any, recv: Any = None, send_counts: O
 
 # ---------------------------------------------------------------------------- data motion
 
+@overload
+def broadcast(comm: CommCore, buf: np.ndarray, root: int = 0, *, stream: None = None,
+              out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def broadcast(comm: CommCore, buf: _Out, root: int = 0, *, stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
     """Copy ``buf`` of ``root`` into ``buf`` of every other rank (NumPy: a new array, or ``out``)."""
     if type(buf) is DeviceArray and type(root) is int and out is None:
@@ -697,6 +729,11 @@ def broadcast(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Strea
     return buf
 
 
+@overload
+def all_gather(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, *, stream: None = None,
+               out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_gather(comm: CommCore, send: Any, recv: _Out, *, stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
                out: Any = None) -> Any:
     """Gather every rank's ``send`` (``n`` elements) into ``recv`` (``size * n``), in rank order.
@@ -843,6 +880,11 @@ def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, strea
     return recv
 
 
+@overload
+def all_to_all(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, *, stream: None = None,
+               out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_to_all(comm: CommCore, send: Any, recv: _Out, *, stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
                out: Any = None) -> Any:
     """Rank ``r`` sends block ``j`` of ``send`` to rank ``j``, which stores it as block ``r`` of
@@ -1037,7 +1079,7 @@ def send(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None
     return None
 
 
-def recv(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> Any:
+def recv(comm: CommCore, buf: _Out, peer: int, *, stream: Optional[Stream] = None) -> _Out:
     """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
     st = _fast(comm, stream) if type(buf) is DeviceArray and type(peer) is int else None
     if (st is not None and 0 <= peer < comm._size and peer != comm._rank

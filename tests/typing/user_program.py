@@ -66,3 +66,23 @@ def names() -> str:
 
 def mark(stream: hcclpy.Stream) -> hcclpy.Event:
     return stream.record()
+
+
+def results(comm: hcclpy.Communicator, stream: hcclpy.Stream) -> None:
+    # The NumPy forms return arrays; a device form returns the buffer it wrote.
+    host: np.ndarray = comm.all_reduce(np.ones(4), op="max")
+    gathered: np.ndarray = comm.all_gather(host)
+    scattered: np.ndarray = comm.reduce_scatter(gathered)
+    broadcast: np.ndarray = comm.broadcast(scattered, root=0)
+    reduced: Optional[np.ndarray] = comm.reduce(broadcast, root=0)
+    x = hcclpy.zeros(4, "float32", device=comm.device)
+    y = hcclpy.zeros(4 * comm.size, "float32", device=comm.device)
+    in_place: hcclpy.DeviceArray = comm.all_reduce(x, stream=stream)
+    written: hcclpy.DeviceArray = comm.all_gather(in_place, y, stream=stream)
+    block: hcclpy.DeviceArray = comm.reduce_scatter(written, x, stream=stream)
+    same: hcclpy.DeviceArray = comm.broadcast(block, 0, stream=stream)
+    on_root: Optional[hcclpy.DeviceArray] = comm.reduce(same, root=0, stream=stream)
+    exchanged: np.ndarray = comm.all_to_all(gathered)
+    swapped: hcclpy.DeviceArray = comm.all_to_all(y, hcclpy.zeros(4 * comm.size, device=comm.device), stream=stream)
+    received: np.ndarray = comm.recv(np.empty(4), peer=1)
+    print(reduced, on_root, exchanged, swapped, received)
