@@ -512,9 +512,8 @@ def test_a_group_keeps_its_buffers_until_it_has_run() -> None:
     try:
         with hcclpy.group():
             for r, c in enumerate(comms):
-                for _ in range(3):  # temporaries: only the streams hold them
-                    c.all_reduce(hcclpy.from_numpy(np.full(4096, r + 1.0, np.float32), device=c.device),
-                                 hcclpy.zeros(4096, "float32", device=c.device), stream=streams[r])
+                for _ in range(3):
+                    _temporary_all_reduce(c, r + 1.0, streams[r])
                 streams[r].synchronize()
                 streams[r].query()
             gc.collect()
