@@ -26,3 +26,16 @@ def test_collectives(collectives, sim_env, nranks, mode):
     large = 1 << 20 if nranks <= 4 else 1 << 18
     args = [*runner.rank_args(nranks, mode), "--large", str(large)]
     runner.check(runner.run(collectives, args, sim_env, timeout=360))
+
+
+STREAMING = [(2, "procs"), (3, "threads")]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("nranks", "mode"), STREAMING, ids=[f"{m}-{n}" for n, m in STREAMING])
+def test_collectives_at_streaming_sizes(collectives, sim_env, nranks, mode):
+    # From 16 MiB an operation stores around the caches, and its reductions run in blocks of
+    # their own (kernels.c): 8 Mi + 3 elements takes the large cases of every 2- and 4-byte
+    # type past that size, in shares that do not divide evenly among 3 ranks.
+    args = [*runner.rank_args(nranks, mode), "--large", str((8 << 20) + 3)]
+    runner.check(runner.run(collectives, args, sim_env, timeout=240))

@@ -4,10 +4,6 @@
 
 #include "common/sim.h"
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
 /* Large reductions and copies are bound by memory traffic; storing around the
  * cache removes the read-for-ownership of the destination, a third of it.
  * Streaming stores are weakly ordered: sim_store_fence() must run before the
@@ -22,15 +18,8 @@ static void copy_streaming(void *dst, const void *src, size_t bytes)
         head = bytes;
     memcpy(d, s, head);
     d += head, s += head, bytes -= head;
-    for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-    }
-    memcpy(d, s, bytes);
+    sim_stream_lines(d, s, bytes / 64);
+    memcpy(d + bytes / 64 * 64, s + bytes / 64 * 64, bytes % 64);
 #else
     memcpy(dst, src, bytes);
 #endif

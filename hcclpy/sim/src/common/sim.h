@@ -152,6 +152,27 @@ SIM_EXPORT int sim_current_device(int *device) SIM_LINK_NAME(sim_current_device)
 SIM_EXPORT void sim_copy(void *dst, const void *src, uint64_t bytes, bool streaming) SIM_LINK_NAME(sim_copy);
 SIM_EXPORT void sim_store_fence(void) SIM_LINK_NAME(sim_store_fence);
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+/* Copies `lines` whole 64-byte lines to a 16-byte aligned `dst` with stores
+ * that bypass the caches.  Inline, because the reduction kernels call it for
+ * every small block they produce. */
+static inline void sim_stream_lines(void *dst, const void *src, size_t lines)
+{
+    char *d = dst;
+    const char *s = src;
+    for (; lines > 0; lines--, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+}
+#endif
+
 /* Copies at least this large whose destination is host memory stream around
  * the caches: like a device-to-host DMA, they land in memory, not in cache. */
 #define SIM_STREAMING_COPY_BYTES (256u << 10)

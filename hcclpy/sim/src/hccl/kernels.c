@@ -158,9 +158,28 @@ static inline uint16_t float_to_bf16(float f)
 #define STORE_HALF(T, x) float_to_half(x)
 #define STORE_BF16(T, x) float_to_bf16(x)
 
-enum { BLOCK = 1024 };
+/* Elements per block; with streaming stores, bytes per block.  A streaming
+ * block is small because each block alternates a burst of loads with a burst
+ * of stores: in blocks of 1024 elements neither kind keeps memory busy while
+ * the other runs.  When the two ranks of a 2-core machine share one physical
+ * core (hyperthreads), 64 MiB all_reduces took 4.6 ms in 4 KiB blocks and
+ * 3.3 ms in 256-byte ones, as fast as storing each vector straight from its
+ * registers (a C microbenchmark, both ranks at once). */
+enum { BLOCK = 1024, STREAMING_BLOCK_BYTES = 256 };
 
-
+/* Stores one block to an output.  A streaming block of whole cache lines at
+ * an aligned address is stored inline: sim_copy is a call into the runtime
+ * library, per block and output (64 MiB all_reduces ~5 % slower). */
+static inline void store_block(void *dst, const void *src, size_t bytes, bool streaming)
+{
+#if defined(__x86_64__)
+    if (streaming && ((uintptr_t)dst & 15) == 0 && bytes % 64 == 0) {
+        sim_stream_lines(dst, src, bytes / 64);
+        return;
+    }
+#endif
+    sim_copy(dst, src, bytes, streaming);
+}
 
 /* One kernel per (element type, operator): T is the element, A the
  * accumulator, U the type arithmetic is done in.  When the accumulator is the
@@ -177,8 +196,9 @@ enum { BLOCK = 1024 };
         A acc[BLOCK];                                                                                         \
         T result[BLOCK];                                                                                      \
         bool direct = SAME && nin == 2 && !streaming;                                                         \
-        for (uint64_t start = 0; start < count; start += BLOCK) {                                            \
-            size_t m = (size_t)(count - start < BLOCK ? count - start : BLOCK);                               \
+        uint64_t block = streaming ? STREAMING_BLOCK_BYTES / sizeof(T) : BLOCK;                               \
+        for (uint64_t start = 0; start < count; start += block) {                                            \
+            size_t m = (size_t)(count - start < block ? count - start : block);                               \
             const T *a = (const T *)ins[0] + start;                                                           \
             const T *stored = result;                                                                         \
             if (direct) {                                                                                     \
@@ -210,7 +230,7 @@ enum { BLOCK = 1024 };
                     result[i] = STORE(T, acc[i]);                                                             \
             }                                                                                                 \
             for (int k = 0; k < nout; k++)                                                                    \
-                sim_copy((T *)outs[k] + start, stored, m * sizeof(T), streaming);                            \
+                store_block((T *)outs[k] + start, stored, m * sizeof(T), streaming);                         \
         }                                                                                                     \
     }
 
