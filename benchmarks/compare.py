@@ -38,7 +38,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from numpy_vs_device import byte_size, human  # noqa: E402  (a sibling script)
+import machine  # noqa: E402  (sibling modules)
+from numpy_vs_device import byte_size, human  # noqa: E402
 
 OPERATIONS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 SIZES = [8 << (3 * i) for i in range(6)] + [1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -245,20 +246,6 @@ def rank_main(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------- driver
 
 
-def memcpy_bandwidth() -> float:
-    """Single-core copy bandwidth, GB/s copied, 64 MiB (median of 7)."""
-    import numpy as np
-
-    a, b = np.ones(16 << 20, np.float32), np.empty(16 << 20, np.float32)
-    np.copyto(b, a)
-    samples = []
-    for _ in range(7):
-        started = time.perf_counter()
-        np.copyto(b, a)
-        samples.append(time.perf_counter() - started)
-    return a.nbytes / statistics.median(samples) / 1e9
-
-
 def _launch(program: str, ranks: int, args: argparse.Namespace, result: Path,
             with_mpi: bool = False) -> Tuple[bool, str]:
     passed = ["--rank-program", program, "--result", str(result), "--budget", str(args.budget), "--rounds",
@@ -298,10 +285,11 @@ def busbw(operation: str, nbytes: int, seconds: float, n: int) -> float:
     return nbytes / seconds / 1e9 * FACTORS[operation](n)
 
 
-def tables(data: Dict[str, Any], memcpy: float, notes: List[str]) -> str:
+def tables(data: Dict[str, Any], memcpy: float, probes: List[machine.Copying], notes: List[str]) -> str:
     lines = ["# hcclpy vs gloo vs MPI, one run", "",
              f"Single-core memcpy in the same run: {memcpy:.2f} GB/s. Time: µs per blocking call (max over "
-             "ranks of the median over rounds); busbw: GB/s, nccl-tests factors.", ""]
+             "ranks of the median over rounds); busbw: GB/s, nccl-tests factors.", "",
+             *(f"- {when}: {probe.describe()}" for when, probe in zip(("before", "after"), probes)), ""]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for ranks_key in sorted(data, key=int):
         n = int(ranks_key)
@@ -397,7 +385,8 @@ def plot(data: Dict[str, Any], path: Path) -> Optional[str]:
 def driver(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    memcpy = memcpy_bandwidth()
+    before = machine.copying()
+    memcpy = before.alone_gbs
     data: Dict[str, Any] = {}
     notes: List[str] = []
     # MPI is timed in the hcclpy ranks, round by round with hcclpy's stacks, when it can run: two
@@ -427,12 +416,14 @@ def driver(args: argparse.Namespace) -> int:
                     continue
                 mpi_timed = with_mpi
                 data[str(ranks)].update(json.loads(result.read_text()))
+    probes = [before, machine.copying()]
     notes = sorted(set(notes))
-    report = tables(data, memcpy, notes)
+    report = tables(data, memcpy, probes, notes)
     goals = targets(data, memcpy)
     report += "\n## Targets\n\n" + "\n".join(f"- {goal}" for goal in goals) + "\n"
     (out_dir / "compare.md").write_text(report)
-    (out_dir / "compare.json").write_text(json.dumps({"memcpy_gbs": memcpy, "seconds": data}, indent=1))
+    (out_dir / "compare.json").write_text(json.dumps({"memcpy_gbs": memcpy, "vcpus": [probe.as_dict() for probe in probes],
+                                                     "seconds": data}, indent=1))
     failure = plot(data, out_dir / "compare.png")
     print(report)
     if failure:

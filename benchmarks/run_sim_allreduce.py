@@ -9,7 +9,9 @@ hccl_test flags work as they do on the binary::
     python benchmarks/run_sim_allreduce.py --markdown --repeat 3
 
 ``--markdown`` also prints each table as Markdown (and, with ``--repeat`` > 1, a table of the
-per-size medians over the runs), ready to paste into ``benchmarks/README.md``.
+per-size medians over the runs), ready to paste into ``benchmarks/README.md``. Before and after,
+the script prints whether the two vCPUs ran as two cores or as hyperthreads of one
+(``machine.py``): large sizes take up to twice as long on one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SOURCE = HERE / "sim_allreduce.c"
 # Run from a checkout without installing: the repository root holds the hcclpy package.
 sys.path.insert(0, str(HERE.parent))
 
+import machine  # noqa: E402  (a sibling module)
 from hcclpy._units import format_bytes  # noqa: E402  (8 B, 4 KiB, 64 MiB)
 
 COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "wrong", "e2e", "iters")
@@ -162,6 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tree = Path(sim.build())
     env = {**os.environ, **sim.env()}
     print(f"# simulator tree: {tree}", flush=True)
+    print(f"# before: {machine.copying().describe()}", flush=True)
 
     runs: List[List[Dict[str, str]]] = []
     summaries: List[List[str]] = []
@@ -178,6 +182,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows, summary = parse_table(lines)
             runs.append(rows)
             summaries.append(summary)
+    print(f"# after: {machine.copying().describe()}", flush=True)
 
     if opts.markdown:
         for k, (rows, summary) in enumerate(zip(runs, summaries)):

@@ -40,6 +40,8 @@ def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
     report = (tmp_path / "compare.md").read_text()
     assert "## all_reduce, 2 ranks" in report and "## all_gather, 2 ranks" in report
     assert "| 512 B |" in report and "## Targets" in report
+    assert "- before: vCPUs: " in report and "- after: vCPUs: " in report
+    assert len(json.loads((tmp_path / "compare.json").read_text())["vcpus"]) == 2
     seconds = json.loads((tmp_path / "compare.json").read_text())["seconds"]["2"]
     assert set(seconds) == {"hcclpy-device", "hcclpy-numpy", "torch-hcclpy", "gloo"}
     assert all(t > 0 for stack in seconds.values() for sizes in stack.values() for t in sizes.values())
@@ -111,13 +113,16 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
 def test_numpy_vs_device_runs_and_checks_its_results() -> None:
     out = _run("numpy_vs_device.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
     assert "# 64 B: numpy" in out and "ratio" in out and "wrong elements (all ranks, last round of each size): 0" in out
+    assert "the staging copies alone" in out and out.startswith("# before: vCPUs: ") and "# after: vCPUs: " in out
 
 
 @pytest.mark.timeout(240)
 def test_torch_vs_gloo_runs_and_checks_its_results() -> None:
     pytest.importorskip("torch")
     out = _run("torch_vs_gloo.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
-    assert "# 8 B latency: hcclpy" in out and "wrong elements" in out and out.rstrip().endswith(": 0")
+    wrong = [line for line in out.splitlines() if "wrong elements" in line]
+    assert "# 8 B latency: hcclpy" in out and wrong and wrong[0].endswith(": 0"), out
+    assert "# before: vCPUs: " in out and "# after: vCPUs: " in out
 
 
 @pytest.mark.timeout(240)
@@ -131,3 +136,4 @@ def test_init_time_reports_each_rank_count() -> None:
 def test_the_c_benchmark_builds_and_runs_against_the_simulator() -> None:
     out = _run("run_sim_allreduce.py", "--", "-b", "8", "-e", "1K", "-f", "8", "-n", "5", "-w", "1")
     assert "# Out of bounds values : 0 OK" in out and "memcpy reference" in out, out
+    assert "# before: vCPUs: " in out and "# after: vCPUs: " in out, out
