@@ -2,13 +2,17 @@
 
 ``tests/c/collectives.c`` checks every output element bit for bit (fp16/bf16 reduced in fp32 and
 rounded once, in rank order), that inputs are left alone and that nothing is written outside an
-output or into the gaps of a V-operation.
+output or into the gaps of a V-operation. ``tests/c/kernel_paths.c`` checks that the two builds of
+the fp16/bf16 reductions store the same bits.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import hcclpy.sim
 import sim_runner as runner
 
 MATRIX = [(n, mode) for n in (1, 2, 3, 4, 8) for mode in ("threads", "procs")] + [(4, "mixed")]
@@ -39,3 +43,15 @@ def test_collectives_at_streaming_sizes(collectives, sim_env, nranks, mode):
     # type past that size, in shares that do not divide evenly among 3 ranks.
     args = [*runner.rank_args(nranks, mode), "--large", str((8 << 20) + 3)]
     runner.check(runner.run(collectives, args, sim_env, timeout=240))
+
+
+@pytest.mark.timeout(240)
+def test_fp16_and_bf16_kernels_store_the_same_bits_on_every_path(compile_c, sim_env):
+    # The reductions of the 16-bit floats have portable code and, on x86 with AVX2 and F16C, a
+    # second build chosen at run time (kernels.c); kernel_paths.c includes that source and checks
+    # every float's narrowing and whole reductions on both against each other.
+    sources = Path(hcclpy.sim.__file__).resolve().parent / "src"
+    program = compile_c([runner.C_DIR / "kernel_paths.c"], "kernel_paths", extra_flags=("-O2", f"-I{sources}"))
+    result = runner.run(program, [], sim_env, timeout=200)
+    runner.check(result)
+    assert "kernels: " in result.output
