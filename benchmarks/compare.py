@@ -9,7 +9,10 @@ median over rounds, then the maximum over ranks (the slowest rank decides when a
 done). The stacks one set of processes runs take turns round by round, so that a drift of the
 machine reaches them alike: hcclpy's device and NumPy paths, with MPI when mpi4py and mpiexec are
 there (mpiexec then launches the hcclpy ranks, which run MPI's calls on the NumPy path's arrays);
-torch over hcclpy and over gloo.
+torch over hcclpy and over gloo. On 4 ranks the 64 MiB all_reduce also takes turns with the same
+call on a sub-communicator of ranks 0 and 1, and the target "4 ranks within 2x of 2" is judged on
+that pair: 2 and 4 ranks timed in two launches can meet the VM's vCPUs in different arrangements
+(``machine.py``).
 Sizes and bus bandwidth follow nccl-tests (``hcclpy bench`` uses the same rules): the size is the
 per-rank buffer for all_reduce and broadcast, the whole buffer for the others.
 
@@ -47,26 +50,28 @@ FACTORS: Dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "all_to_all": lambda n: (n - 1) / n}
 WHOLE = {"all_gather", "reduce_scatter", "all_to_all"}  # the size is every rank's blocks together
-STACKS = ("hcclpy-device", "hcclpy-numpy", "torch-hcclpy", "gloo", "mpi")
+STACKS = ("hcclpy-device", "hcclpy-numpy", "torch-hcclpy", "gloo", "mpi")  # "pair": see _pair_against_world
 
 
 # ----------------------------------------------------------------------------- timing
 
 
 def _time(calls: List[Callable[[], Any]], barrier: Callable[[], None], most: Callable[[int], int], budget: float,
-          rounds: int) -> List[float]:
+          rounds: int, counts: Optional[List[int]] = None) -> List[float]:
     """Median seconds per call of each of ``calls`` (the stacks one process runs), over ``rounds``
     rounds in which each call takes a turn of about ``budget`` seconds: the stacks are timed side
     by side, so that the machine's drifts reach all of them alike. ``most`` returns the largest of
-    the ranks' numbers: every rank must make the same number of calls."""
-    counts = []
-    for call in calls:
-        call()
-        call()
-        started = time.perf_counter()
-        call()
-        single = max(time.perf_counter() - started, 1e-7)
-        counts.append(most(max(3, min(5000, int(budget / single)))))
+    the ranks' numbers: every rank must make the same number of calls. ``counts``, if given, are
+    the calls per turn instead."""
+    if counts is None:
+        counts = []
+        for call in calls:
+            call()
+            call()
+            started = time.perf_counter()
+            call()
+            single = max(time.perf_counter() - started, 1e-7)
+            counts.append(most(max(3, min(5000, int(budget / single)))))
     samples: List[List[float]] = [[] for _ in calls]
     for timed in [False] + [True] * rounds:  # one untimed round first: caches, pages, both ranks in step
         for call, count, mine in zip(calls, counts, samples):
@@ -155,11 +160,44 @@ def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
                 out[stack][operation][nbytes] = seconds
             ds.close()
             dr.close()
+    if n >= 4 and "all_reduce" in args.ops and PAIR_BYTES in _sizes(args):
+        out["pair"] = _pair_against_world(comm, stream, barrier, args)
     stream.close()
     gathered = {stack: {op: {size: float(comm.all_reduce(np.array([t]), op="max")[0]) for size, t in sizes.items()}
                         for op, sizes in ops.items()} for stack, ops in out.items()}
     hcclpy.shutdown()
     return gathered
+
+
+PAIR_BYTES = 64 << 20
+
+
+def _pair_against_world(comm: Any, stream: Any, barrier: Callable[[], None], args: argparse.Namespace) -> Dict[str, Any]:
+    """The 64 MiB all_reduce of device arrays on every rank and on a sub-communicator of ranks 0
+    and 1, taking turns round by round in the same processes (ranks 2 and up wait at the barrier
+    while the pair runs, asleep: with more ranks than cores nobody spins). A VM moves its vCPUs
+    between separate cores and the hyperthreads of one core within minutes, so 2 and 4 ranks
+    timed in two launches may not see the same machine; this pair does."""
+    import numpy as np
+
+    import hcclpy
+
+    count = PAIR_BYTES // 4
+    pair = comm.split([0, 1])
+    ds, dr = hcclpy.zeros(count, "float32", device=comm.device), hcclpy.empty(count, "float32", device=comm.device)
+    world_call = lambda: (comm.all_reduce(ds, dr, stream=stream), stream.synchronize())  # noqa: E731
+    pair_call = (lambda: (pair.all_reduce(ds, dr, stream=stream), stream.synchronize())) if pair else (lambda: None)
+    started = time.perf_counter()
+    world_call()
+    single = time.perf_counter() - started
+    turn = int(comm.all_reduce(np.array([max(3, int(args.budget / single))]), op="max")[0])
+    world_seconds, pair_seconds = _time([world_call, pair_call], barrier, lambda value: value, args.budget,
+                                        args.rounds, counts=[turn, turn])
+    for array in (ds, dr):
+        array.close()
+    if pair is not None:
+        pair.destroy()
+    return {"all_reduce-world": {PAIR_BYTES: world_seconds}, "all_reduce-pair": {PAIR_BYTES: pair_seconds}}
 
 
 def _torch_rank(args: argparse.Namespace) -> Dict[str, Any]:
@@ -335,11 +373,18 @@ def targets(data: Dict[str, Any], memcpy: float) -> List[str]:
     if ours and mpi:
         out.append(f"8-byte all_reduce, call + stream sync: {ours * 1e6:.2f} us vs MPI {mpi * 1e6:.2f} us "
                    f"(target <= MPI: {'met' if ours <= mpi else 'NOT met'})")
-    two, four = get(2, "hcclpy-device", 64 << 20), get(4, "hcclpy-device", 64 << 20)
-    if two and four:
-        ratio = busbw("all_reduce", 64 << 20, two, 2) / busbw("all_reduce", 64 << 20, four, 4)
-        out.append(f"all_reduce busbw at 64 MiB, 2 ranks / 4 ranks: {ratio:.2f} (target <= 2: "
-                   f"{'met' if ratio <= 2 else 'NOT met'})")
+    def ratio(two: Optional[float], four: Optional[float]) -> Optional[float]:
+        return busbw("all_reduce", PAIR_BYTES, two, 2) / busbw("all_reduce", PAIR_BYTES, four, 4) if two and four \
+            else None
+
+    side_by_side = ratio(get(4, "pair", PAIR_BYTES, "all_reduce-pair"), get(4, "pair", PAIR_BYTES, "all_reduce-world"))
+    launches = ratio(get(2, "hcclpy-device", PAIR_BYTES), get(4, "hcclpy-device", PAIR_BYTES))
+    judged = side_by_side if side_by_side is not None else launches
+    if judged is not None:
+        how = "side by side in the 4-rank processes" if side_by_side is not None else "in two launches"
+        also = f"; in two launches {launches:.2f}" if side_by_side is not None and launches is not None else ""
+        out.append(f"all_reduce busbw at 64 MiB, 2 ranks / 4 ranks, {how}: {judged:.2f}{also} (target <= 2: "
+                   f"{'met' if judged <= 2 else 'NOT met'})")
     return out
 
 

@@ -50,6 +50,18 @@ def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(300)
+def test_compare_times_two_ranks_beside_four_in_the_same_processes(tmp_path: Any) -> None:
+    """On 4 ranks, a sub-communicator of ranks 0 and 1 takes turns with the whole world at 64 MiB,
+    and the 2-against-4 target is judged on that pair."""
+    _run("compare.py", "--ranks", "4", "--ops", "all_reduce", "--programs", "hcclpy", "--max-bytes", "64M",
+         "--budget", "0.002", "--rounds", "1", "--out", str(tmp_path), timeout=240)
+    pair = json.loads((tmp_path / "compare.json").read_text())["seconds"]["4"]["pair"]
+    assert set(pair) == {"all_reduce-world", "all_reduce-pair"}
+    assert all(seconds[str(64 << 20)] > 0 for seconds in pair.values())
+    assert "2 ranks / 4 ranks, side by side in the 4-rank processes: " in (tmp_path / "compare.md").read_text()
+
+
+@pytest.mark.timeout(300)
 def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     """With mpi4py and mpiexec there, MPI takes its turns in the hcclpy ranks (one launch, by
     mpiexec), round by round with hcclpy's device and NumPy paths."""
