@@ -373,6 +373,7 @@ def targets(data: Dict[str, Any], memcpy: float) -> List[str]:
     if ours and mpi:
         out.append(f"8-byte all_reduce, call + stream sync: {ours * 1e6:.2f} us vs MPI {mpi * 1e6:.2f} us "
                    f"(target <= MPI: {'met' if ours <= mpi else 'NOT met'})")
+
     def ratio(two: Optional[float], four: Optional[float]) -> Optional[float]:
         return busbw("all_reduce", PAIR_BYTES, two, 2) / busbw("all_reduce", PAIR_BYTES, four, 4) if two and four \
             else None

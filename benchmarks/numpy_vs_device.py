@@ -108,7 +108,7 @@ def rank_main(args: argparse.Namespace) -> None:
         dev_a = hcclpy.from_numpy(host, device=comm.device)
         dev_b = hcclpy.empty(count, "float32", device=comm.device)
         step = min(count, hcclpy.host.CHUNK_BYTES // 4)
-        chunk = hcclpy.empty(step, "float32", device=comm.device)
+        chunk, copied = hcclpy.empty(step, "float32", device=comm.device), np.empty_like(host)
 
         def copies() -> None:
             for start in range(0, count, step):
@@ -116,7 +116,6 @@ def rank_main(args: argparse.Namespace) -> None:
                 part.copy_from(host[start:start + step])
                 part.copy_to(copied[start:start + step])
 
-        copied = np.empty_like(host)
         for _ in range(max(2, iters // 10)):  # warm-up: staging buffers, page faults, caches
             comm.all_reduce(host, out=out)
             comm.all_reduce(dev_a, dev_b, stream=stream)

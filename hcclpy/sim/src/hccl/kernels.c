@@ -283,7 +283,8 @@ static inline void store_block(void *dst, const void *src, size_t bytes, bool st
                 for (size_t i = 0; i < m; i++)                                                                \
                     acc[i] = (T)OP(U, a[i], b[i]);                                                            \
             } else {                                                                                          \
-                memcpy(acc, a, m * sizeof(T));                                                                \
+                for (size_t i = 0; i < m; i++)                                                                \
+                    acc[i] = a[i];                                                                            \
             }                                                                                                 \
             for (int k = 2; k < nin; k++) {                                                                   \
                 const T *c = (const T *)ins[k] + start;                                                       \
