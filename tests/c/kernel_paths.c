@@ -82,7 +82,7 @@ static void check_narrowing(bool avx2)
 static void check_widening(bool avx2)
 {
     static uint16_t halves[CHUNK];
-    static float portable[CHUNK], fast[CHUNK], bf16[CHUNK];
+    static float portable[CHUNK], bf16[CHUNK];
     for (uint32_t i = 0; i < CHUNK; i++)
         halves[i] = (uint16_t)i;
     widen_half(portable, halves, CHUNK);
@@ -97,6 +97,7 @@ static void check_widening(bool avx2)
     }
 #ifdef HAVE_AVX2_KERNELS
     if (avx2) {
+        static float fast[CHUNK];
         widen_half_fast(fast, halves, CHUNK);
         for (uint32_t i = 0; i < CHUNK; i++) {
             bool both_nan = portable[i] != portable[i] && fast[i] != fast[i];
