@@ -638,6 +638,14 @@ def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: Any = _SUM, 
     return recv
 
 
+@overload
+def reduce_scatter_v(comm: CommCore, send: np.ndarray, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
+                     send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *, stream: None = None,
+                     out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def reduce_scatter_v(comm: CommCore, send: Any, recv: _Out, send_counts: Optional[Sequence[int]] = None,
+                     send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *,
+                     stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def reduce_scatter_v(comm: CommCore, send: Any, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
                      send_displs: Optional[Sequence[int]] = None, op: Any = _SUM, *,
                      stream: Optional[Stream] = None, out: Any = None) -> Any:
@@ -773,6 +781,14 @@ def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     return recv
 
 
+@overload
+def all_gather_v(comm: CommCore, send: np.ndarray, recv: Any = None, recv_counts: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: None = None,
+                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_gather_v(comm: CommCore, send: Any, recv: _Out, recv_counts: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
+                 out: None = None) -> _Out: ...
 def all_gather_v(comm: CommCore, send: Any, recv: Any = None, recv_counts: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
                  out: Any = None) -> Any:
@@ -825,6 +841,15 @@ def all_gather_v(comm: CommCore, send: Any, recv: Any = None, recv_counts: Optio
     return recv
 
 
+@overload
+def scatter(comm: CommCore, send: np.ndarray, recv: Optional[np.ndarray] = None, root: int = 0, *,
+            stream: None = None, out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def scatter(comm: CommCore, send: None, recv: None = None, root: int = 0, *, stream: None = None,
+            out: np.ndarray) -> np.ndarray: ...
+@overload
+def scatter(comm: CommCore, send: Any, recv: _Out, root: int = 0, *, stream: Optional[Stream] = None,
+            out: None = None) -> _Out: ...
 def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, stream: Optional[Stream] = None,
             out: Any = None) -> Any:
     """Rank ``r`` receives block ``r`` of ``root``'s ``send`` (``size * n`` elements) into ``recv``
@@ -923,6 +948,16 @@ def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[
     return recv
 
 
+@overload
+def all_to_all_v(comm: CommCore, send: np.ndarray, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
+                 recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: None = None,
+                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_to_all_v(comm: CommCore, send: Any, recv: _Out, send_counts: Optional[Sequence[int]] = None,
+                 recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
+                 recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
+                 out: None = None) -> _Out: ...
 def all_to_all_v(comm: CommCore, send: Any, recv: Any = None, send_counts: Optional[Sequence[int]] = None,
                  recv_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
                  recv_displs: Optional[Sequence[int]] = None, *, stream: Optional[Stream] = None,
@@ -991,6 +1026,12 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any = None, send_counts: Optio
     return recv
 
 
+@overload
+def all_to_all_vc(comm: CommCore, send: np.ndarray, recv: Any = None, send_count_matrix: Any = None, *,
+                  stream: None = None, out: Optional[np.ndarray] = None) -> np.ndarray: ...
+@overload
+def all_to_all_vc(comm: CommCore, send: Any, recv: _Out, send_count_matrix: Any = None, *,
+                  stream: Optional[Stream] = None, out: None = None) -> _Out: ...
 def all_to_all_vc(comm: CommCore, send: Any, recv: Any = None, send_count_matrix: Any = None, *,
                   stream: Optional[Stream] = None, out: Any = None) -> Any:
     """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements

@@ -86,3 +86,24 @@ def results(comm: hcclpy.Communicator, stream: hcclpy.Stream) -> None:
     swapped: hcclpy.DeviceArray = comm.all_to_all(y, hcclpy.zeros(4 * comm.size, device=comm.device), stream=stream)
     received: np.ndarray = comm.recv(np.empty(4), peer=1)
     print(reduced, on_root, exchanged, swapped, received)
+
+
+def uneven_results(comm: hcclpy.Communicator, stream: hcclpy.Stream, counts: List[int]) -> None:
+    # The uneven operations and scatter: NumPy forms take counts where device forms take recv.
+    host = np.ones(sum(counts), dtype=np.float32)
+    gathered: np.ndarray = comm.all_gather_v(host[: counts[comm.rank]], counts)
+    into: np.ndarray = comm.all_gather_v(host[: counts[comm.rank]], recv_counts=counts, out=np.empty_like(host))
+    scattered: np.ndarray = comm.reduce_scatter_v(host, send_counts=counts, op="max")
+    exchanged: np.ndarray = comm.all_to_all_v(host, counts, counts)
+    by_matrix: np.ndarray = comm.all_to_all_vc(host, [counts] * comm.size)
+    block: np.ndarray = comm.scatter(host if comm.rank == 0 else None, out=np.empty(4), root=0)
+    mine: np.ndarray = comm.scatter(host, root=0)
+    x = hcclpy.zeros(sum(counts), "float32", device=comm.device)
+    y = hcclpy.zeros(sum(counts), "float32", device=comm.device)
+    part = hcclpy.zeros(counts[comm.rank], "float32", device=comm.device)
+    on_device: hcclpy.DeviceArray = comm.all_gather_v(part, y, counts, stream=stream)
+    reduced: hcclpy.DeviceArray = comm.reduce_scatter_v(x, part, counts, stream=stream)
+    swapped: hcclpy.DeviceArray = comm.all_to_all_v(x, y, counts, counts, stream=stream)
+    matrixed: hcclpy.DeviceArray = comm.all_to_all_vc(x, y, [counts] * comm.size, stream=stream)
+    landed: hcclpy.DeviceArray = comm.scatter(x, part, root=0, stream=stream)
+    print(gathered, into, scattered, exchanged, by_matrix, block, mine, on_device, reduced, swapped, matrixed, landed)
