@@ -57,21 +57,25 @@ STACKS = ("hcclpy-device", "hcclpy-numpy", "torch-hcclpy", "gloo", "mpi")  # "pa
 
 
 def _time(calls: List[Callable[[], Any]], barrier: Callable[[], None], most: Callable[[int], int], budget: float,
-          rounds: int, counts: Optional[List[int]] = None) -> List[float]:
+          rounds: int) -> List[float]:
     """Median seconds per call of each of ``calls`` (the stacks one process runs), over ``rounds``
     rounds in which each call takes a turn of about ``budget`` seconds: the stacks are timed side
     by side, so that the machine's drifts reach all of them alike. ``most`` returns the largest of
-    the ranks' numbers: every rank must make the same number of calls. ``counts``, if given, are
-    the calls per turn instead."""
-    if counts is None:
-        counts = []
-        for call in calls:
-            call()
-            call()
-            started = time.perf_counter()
-            call()
-            single = max(time.perf_counter() - started, 1e-7)
-            counts.append(most(max(3, min(5000, int(budget / single)))))
+    the ranks' numbers: every rank must make the same number of calls."""
+    counts = []
+    for call in calls:
+        call()
+        call()
+        started = time.perf_counter()
+        call()
+        single = max(time.perf_counter() - started, 1e-7)
+        counts.append(most(max(3, min(5000, int(budget / single)))))
+    return _rounds(calls, counts, barrier, rounds)
+
+
+def _rounds(calls: List[Callable[[], Any]], counts: List[int], barrier: Callable[[], None], rounds: int) -> List[float]:
+    """Median seconds per call of each of ``calls``, ``counts[i]`` calls a turn, over ``rounds``
+    rounds of turns between barriers."""
     samples: List[List[float]] = [[] for _ in calls]
     for timed in [False] + [True] * rounds:  # one untimed round first: caches, pages, both ranks in step
         for call, count, mine in zip(calls, counts, samples):
@@ -191,8 +195,7 @@ def _pair_against_world(comm: Any, stream: Any, barrier: Callable[[], None], arg
     world_call()
     single = time.perf_counter() - started
     turn = int(comm.all_reduce(np.array([max(3, int(args.budget / single))]), op="max")[0])
-    world_seconds, pair_seconds = _time([world_call, pair_call], barrier, lambda value: value, args.budget,
-                                        args.rounds, counts=[turn, turn])
+    world_seconds, pair_seconds = _rounds([world_call, pair_call], [turn, turn], barrier, args.rounds)
     for array in (ds, dr):
         array.close()
     if pair is not None:

@@ -153,8 +153,7 @@ int main(void)
     pthread_once(&g_pick_once, pick_kernels);
     bool avx2 = memcmp(portable, g_kernels, sizeof portable) != 0;
 #ifdef HAVE_AVX2_KERNELS
-    const char *portable_only = getenv("HCCLPY_SIM_PORTABLE_KERNELS");
-    bool wanted = has_avx2_f16c() && !(portable_only != NULL && strcmp(portable_only, "1") == 0);
+    bool wanted = has_avx2_f16c() && !portable_kernels_requested();
     if (avx2 != wanted)
         fail("kernel choice", (uint32_t)has_avx2_f16c(), (uint32_t)avx2, (uint32_t)wanted);
 #endif

@@ -18,8 +18,9 @@ static void copy_streaming(void *dst, const void *src, size_t bytes)
         head = bytes;
     memcpy(d, s, head);
     d += head, s += head, bytes -= head;
-    sim_stream_lines(d, s, bytes / 64);
-    memcpy(d + bytes / 64 * 64, s + bytes / 64 * 64, bytes % 64);
+    size_t lines = bytes / 64;
+    sim_stream_lines(d, s, lines);
+    memcpy(d + lines * 64, s + lines * 64, bytes % 64);
 #else
     memcpy(dst, src, bytes);
 #endif

@@ -387,12 +387,19 @@ static kernel_t g_kernels[12][4] = {
 
 static pthread_once_t g_pick_once = PTHREAD_ONCE_INIT;
 
+#ifdef HAVE_AVX2_KERNELS
 /* HCCLPY_SIM_PORTABLE_KERNELS=1 keeps the portable kernels (to compare them). */
+static bool portable_kernels_requested(void)
+{
+    const char *portable = getenv("HCCLPY_SIM_PORTABLE_KERNELS");
+    return portable != NULL && strcmp(portable, "1") == 0;
+}
+#endif
+
 static void pick_kernels(void)
 {
 #ifdef HAVE_AVX2_KERNELS
-    const char *portable = getenv("HCCLPY_SIM_PORTABLE_KERNELS");
-    if (has_avx2_f16c() && !(portable != NULL && strcmp(portable, "1") == 0)) {
+    if (has_avx2_f16c() && !portable_kernels_requested()) {
         const kernel_t f16[4] = KERNEL_ROW(f16_avx2), bf16[4] = KERNEL_ROW(bf16_avx2);
         memcpy(g_kernels[HCCL_DATA_TYPE_FP16], f16, sizeof f16);
         memcpy(g_kernels[HCCL_DATA_TYPE_BFP16], bf16, sizeof bf16);
