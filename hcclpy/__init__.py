@@ -27,8 +27,8 @@ from .bootstrap import init, shutdown
 from .collectives import group
 from .communicator import Communicator
 from .config import CommConfig
-from .errors import (AclError, CommTimeoutError, HcclError, HcclpyError, LibraryNotFoundError, RemoteRankError,
-                     SimulatorFallbackWarning, UnsupportedError)
+from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError,
+                     LibraryNotFoundError, RemoteRankError, SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
 from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, from_numpy, pinned_empty, zeros
 from .types import DataType, ReduceOp
@@ -40,7 +40,8 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "AclError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device", "DeviceArray", "Event",
+    "AclError", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
+    "DeviceArray", "Event",
     "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo",
     "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
     "library_info", "pinned_empty", "shutdown", "trace", "zeros",

@@ -4,9 +4,11 @@ Every exception derives from :class:`HcclpyError`. Failures reported by a C call
 :class:`AclError` (AscendCL runtime) or :class:`HcclError` (HCCL), both also ``RuntimeError``, with
 ``code``, ``name`` and ``api`` attributes. Two categories cut across them, because they are what a
 caller catches to recover: :class:`CommTimeoutError` (also ``TimeoutError``) for anything that ran
-out of time, and :class:`RemoteRankError` for a failure caused by another rank (it died, left, or
-broke the communicator). A failed collective surfaces from ``Stream.synchronize`` as an
-:class:`AclError` of one of those categories.
+out of time, :class:`RemoteRankError` for a failure caused by another rank (it died, left, or
+broke the communicator), and :class:`CollectiveMismatchError` (also ``ValueError``) for ranks whose
+calls of one collective differ (count, data type, reduce operation, root, count vectors or matrix).
+A failed collective surfaces from ``Stream.synchronize`` as an :class:`AclError` of one of those
+categories.
 
 Bad arguments raise ``ValueError`` / ``TypeError`` before any C call; a library that is missing or
 too old raises :class:`LibraryNotFoundError` / :class:`UnsupportedError`.
@@ -20,21 +22,26 @@ from typing import Any, Dict, Optional, Tuple, Type
 __all__ = [
     "AclError",
     "AclErrorCode",
+    "AclMismatchError",
     "AclRemoteError",
     "AclTimeoutError",
+    "CollectiveMismatchError",
     "CommTimeoutError",
     "HcclError",
+    "HcclMismatchError",
     "HcclRemoteError",
     "HcclResult",
     "HcclTimeoutError",
     "HcclpyError",
     "LibraryNotFoundError",
     "RemoteRankError",
+    "SIM_MISMATCH_MARK",
     "SimulatorFallbackWarning",
     "UnsupportedError",
     "acl_error",
     "communicator_error",
     "hccl_error",
+    "is_mismatch",
 ]
 
 
@@ -72,6 +79,24 @@ class CommTimeoutError(_Category, TimeoutError):
 
 class RemoteRankError(_Category):
     """Another rank failed: it exited, destroyed the communicator, or an operation failed there."""
+
+
+class CollectiveMismatchError(_Category, ValueError):
+    """The ranks called one collective differently: another operation, or another count, data
+    type, reduce operation, root, count vector or count matrix at the same position.
+
+    Raised on every rank, whichever rank's call is the odd one, with both calls in the message
+    (``rank 0 called all_reduce(count=8, fp32, sum) but rank 1 called all_reduce(count=16, fp32,
+    sum)``); also by every later call on the communicator, which the mismatch broke for good:
+    destroy it on every rank and create a new one. A send and a receive of different sizes are
+    not collectives: they fail as a plain :class:`AclError` / :class:`HcclError`.
+
+    Only the simulator's failures are recognised as mismatches (it compares every rank's call
+    before moving data). On CANN the same program fails as something else: where HCCL's own
+    consistency check runs, with an ordinary :class:`HcclError` / :class:`AclError` (its log
+    says ``EI0005``); otherwise it waits until ``HCCL_EXEC_TIMEOUT`` (:class:`CommTimeoutError`)
+    or computes wrong results.
+    """
 
 
 class _CodeError(HcclpyError, RuntimeError):
@@ -116,6 +141,40 @@ class HcclTimeoutError(HcclError, CommTimeoutError):
 class HcclRemoteError(HcclError, RemoteRankError):
     """An HCCL call returned ``HCCL_E_REMOTE``: another rank failed (or, from
     ``Communicator.async_error``, another rank broke the communicator, whatever its code)."""
+
+
+class AclMismatchError(AclError, CollectiveMismatchError):
+    """Work on a stream failed because the ranks called a collective differently (the code is the
+    runtime's, usually ``ACL_ERROR_RT_AICPU_EXCEPTION``)."""
+
+
+class HcclMismatchError(HcclError, CollectiveMismatchError):
+    """An HCCL call failed, or ``Communicator.async_error`` reports a communicator broken, because
+    the ranks called a collective differently (the code is HCCL's: ``HCCL_E_PARA`` or, on a rank
+    that learnt of it from another, ``HCCL_E_REMOTE``)."""
+
+
+# How the simulator's text of every failure that comes from ranks whose collective calls differ
+# begins (HCCL_SIM_MISMATCH_MARK in hcclpy/sim/src/hccl/internal.h). The C codes stay CANN's, so
+# the text is the signal; it travels wherever the failure is reported (the stream's sticky error,
+# HcclGetCommAsyncError, the communicator's abort record quoted by the peers and by later calls),
+# and it is the one the documentation prints, so it is stable. Real CANN never writes it.
+SIM_MISMATCH_MARK = "collective mismatch on '"
+
+# What a mismatch means for the caller, added to the message.
+MISMATCH_EXPLANATION = ("the ranks called a collective differently; the communicator is broken: destroy it on "
+                        "every rank and create a new one")
+
+
+def is_mismatch(text: Optional[str]) -> bool:
+    """Whether a C library's error text reports ranks whose collective calls differ."""
+    return text is not None and SIM_MISMATCH_MARK in text
+
+
+def _mismatch_meaning(text: str) -> str:
+    # A later call on the broken communicator is refused with a text that already says to
+    # rebuild it ("... has failed (...); destroy it and create a new one"): not twice.
+    return "the ranks called a collective differently" if "destroy it" in text else MISMATCH_EXPLANATION
 
 
 class HcclResult(enum.IntEnum):
@@ -250,8 +309,11 @@ _ACL_TIMEOUTS = frozenset({
 _ACL_REMOTE = frozenset({AclErrorCode.ACL_ERROR_RT_SUSPECT_REMOTE_ERROR, AclErrorCode.ACL_ERROR_RT_COMM_OP_RETRY_FAIL})
 
 
-def acl_error_class(code: int) -> Type[AclError]:
-    """The exception class raised for an ``aclError`` code."""
+def acl_error_class(code: int, detail: Optional[str] = None) -> Type[AclError]:
+    """The exception class raised for an ``aclError`` code, whose failure ``detail`` (the
+    ``aclGetRecentErrMsg`` text) says whether the ranks' calls differed."""
+    if is_mismatch(detail):
+        return AclMismatchError
     if code in _ACL_TIMEOUTS:
         return AclTimeoutError
     if code in _ACL_REMOTE:
@@ -259,8 +321,11 @@ def acl_error_class(code: int) -> Type[AclError]:
     return AclError
 
 
-def hccl_error_class(code: int) -> Type[HcclError]:
-    """The exception class raised for an ``HcclResult`` code."""
+def hccl_error_class(code: int, detail: Optional[str] = None) -> Type[HcclError]:
+    """The exception class raised for an ``HcclResult`` code, whose failure ``detail`` (the
+    ``aclGetRecentErrMsg`` text) says whether the ranks' calls differed."""
+    if is_mismatch(detail):
+        return HcclMismatchError
     if code == HcclResult.HCCL_E_TIMEOUT:
         return HcclTimeoutError
     if code == HcclResult.HCCL_E_REMOTE:
@@ -284,8 +349,9 @@ def _compose(api: str, name: str, code: int, parts: Tuple[Optional[str], ...], c
 def acl_error(code: int, api: str, *, recent: Optional[str] = None, context: str = "") -> AclError:
     """Build the exception for an AscendCL failure (``recent`` is ``aclGetRecentErrMsg`` text)."""
     name = _name_of(AclErrorCode, code)
-    message = _compose(api, name, code, (recent,), context)
-    return acl_error_class(code)(message, code=code, name=name, api=api, detail=recent or "")
+    meaning = _mismatch_meaning(recent) if recent and is_mismatch(recent) else None
+    message = _compose(api, name, code, (recent, meaning), context)
+    return acl_error_class(code, recent)(message, code=code, name=name, api=api, detail=recent or "")
 
 
 def hccl_error(code: int, api: str, *, library_text: Optional[str] = None, recent: Optional[str] = None,
@@ -296,9 +362,10 @@ def hccl_error(code: int, api: str, *, library_text: Optional[str] = None, recen
     HCCL calls says what exactly was wrong.
     """
     name = _name_of(HcclResult, code)
-    parts = (recent, HCCL_EXPLANATIONS.get(code), f"library says: {library_text}" if library_text else None)
+    meaning = _mismatch_meaning(recent) if recent and is_mismatch(recent) else HCCL_EXPLANATIONS.get(code)
+    parts = (recent, meaning, f"library says: {library_text}" if library_text else None)
     message = _compose(api, name, code, parts, context)
-    return hccl_error_class(code)(message, code=code, name=name, api=api, detail=recent or "")
+    return hccl_error_class(code, recent)(message, code=code, name=name, api=api, detail=recent or "")
 
 
 def communicator_error(code: int, comm: str, *, remote: bool = False, library_text: Optional[str] = None,
@@ -309,14 +376,20 @@ def communicator_error(code: int, comm: str, *, remote: bool = False, library_te
     ``communicator 'w' was broken by another rank: HCCL_E_SUSPENDING (22): <what happened>; <what
     it means>``. ``remote`` says another rank caused it: the exception is then an
     :class:`HcclRemoteError` (a :class:`RemoteRankError`), as this rank's operations fail, whatever
-    the code.
+    the code. A communicator broken by ranks whose calls differed is an :class:`HcclMismatchError`
+    on every rank, as their operations are.
     """
     name = _name_of(HcclResult, code)
-    meaning = "another rank aborted the communicator" if remote and code == HcclResult.HCCL_E_SUSPENDING \
-        else HCCL_EXPLANATIONS.get(code)
+    mismatch = is_mismatch(recent)
+    if mismatch:
+        meaning: Optional[str] = _mismatch_meaning(recent or "")
+    elif remote and code == HcclResult.HCCL_E_SUSPENDING:
+        meaning = "another rank aborted the communicator"
+    else:
+        meaning = HCCL_EXPLANATIONS.get(code)
     parts = (recent, meaning, f"library says: {library_text}" if library_text else None)
     text = "; ".join(p for p in parts if p) or "no description available"
-    state = "was broken by another rank" if remote else "is broken"
-    cls = HcclRemoteError if remote else hccl_error_class(code)
+    state = "was broken by another rank" if remote and not mismatch else "is broken"
+    cls = HcclRemoteError if remote and not mismatch else hccl_error_class(code, recent)
     return cls(f"communicator '{comm}' {state}: {name} ({code}): {text}", code=code, name=name,
                api="HcclGetCommAsyncError", detail=recent or "")

@@ -106,6 +106,65 @@ def test_categories_raised_without_a_c_call_have_the_c_errors_attributes() -> No
     assert set(errors.__all__) >= {"AclTimeoutError", "AclRemoteError", "HcclTimeoutError", "HcclRemoteError"}
 
 
+# ------------------------------------------------------------------------ mismatches
+
+MISMATCH_TEXT = ("HcclAllReduce failed on rank 0 of 'w': collective mismatch on 'w' at operation #2: rank 0 called "
+                 "all_reduce(count=8, fp32, sum) but rank 1 called all_reduce(count=16, fp32, sum) (HCCL_E_PARA)")
+
+
+def test_mismatch_category() -> None:
+    assert issubclass(hcclpy.CollectiveMismatchError, hcclpy.HcclpyError)
+    assert issubclass(hcclpy.CollectiveMismatchError, ValueError)
+    assert hcclpy.CollectiveMismatchError is errors.CollectiveMismatchError
+    for cls, base in ((errors.AclMismatchError, hcclpy.AclError), (errors.HcclMismatchError, hcclpy.HcclError)):
+        assert issubclass(cls, base) and issubclass(cls, hcclpy.CollectiveMismatchError)
+        assert not issubclass(cls, hcclpy.RemoteRankError) and not issubclass(cls, hcclpy.CommTimeoutError)
+    plain = hcclpy.CollectiveMismatchError("raised without a C call")
+    assert (plain.code, plain.name, plain.api, plain.detail) == (None, "", "", "")
+
+
+@pytest.mark.parametrize("code", [AclErrorCode.ACL_ERROR_RT_AICPU_EXCEPTION,
+                                  AclErrorCode.ACL_ERROR_RT_SUSPECT_REMOTE_ERROR], ids=lambda c: c.name)
+def test_a_mismatch_on_a_stream_is_one_type_whatever_the_code(code: AclErrorCode) -> None:
+    # The rank that sees the difference has its stream fail with AICPU_EXCEPTION; one that learns
+    # of it from another (a count vector only another rank can check) with SUSPECT_REMOTE_ERROR.
+    exc = errors.acl_error(int(code), "aclrtSynchronizeStream", recent=MISMATCH_TEXT)
+    assert type(exc) is errors.AclMismatchError and errors.acl_error_class(int(code), MISMATCH_TEXT) is type(exc)
+    assert (exc.code, exc.name, exc.detail) == (int(code), code.name, MISMATCH_TEXT)  # CANN's code, unchanged
+    assert str(exc) == (f"aclrtSynchronizeStream failed: {code.name} ({int(code)}): {MISMATCH_TEXT}; the ranks "
+                        "called a collective differently; the communicator is broken: destroy it on every rank and "
+                        "create a new one")
+    assert isinstance(_roundtrip(exc), hcclpy.CollectiveMismatchError)
+
+
+@pytest.mark.parametrize("code", [HcclResult.HCCL_E_PARA, HcclResult.HCCL_E_REMOTE], ids=lambda c: c.name)
+def test_a_call_refused_after_a_mismatch_is_one_type_whatever_the_code(code: HcclResult) -> None:
+    # A later call on the broken communicator: HCCL_E_PARA on the rank whose failure was recorded
+    # first, HCCL_E_REMOTE on the others; the simulator's text already says what to do.
+    recent = (f"HcclAllReduce: communicator 'w' has failed (rank 1: {MISMATCH_TEXT}); destroy it and create a "
+              "new one")
+    exc = errors.hccl_error(int(code), "HcclAllReduce", library_text="lib", recent=recent)
+    assert type(exc) is errors.HcclMismatchError and errors.hccl_error_class(int(code), recent) is type(exc)
+    assert str(exc) == (f"HcclAllReduce failed: {code.name} ({int(code)}): {recent}; the ranks called a collective "
+                        "differently; library says: lib")
+    _roundtrip(exc)
+
+
+def test_the_communicators_error_after_a_mismatch_is_one_type_on_every_rank() -> None:
+    for code, remote in ((HcclResult.HCCL_E_PARA, False), (HcclResult.HCCL_E_REMOTE, True)):
+        exc = errors.communicator_error(code, "w", remote=remote, recent=MISMATCH_TEXT)
+        assert type(exc) is errors.HcclMismatchError and exc.api == "HcclGetCommAsyncError"
+        assert str(exc).startswith(f"communicator 'w' is broken: {code.name} ({int(code)}): {MISMATCH_TEXT}; ")
+        _roundtrip(exc)
+
+
+def test_only_the_mark_makes_a_mismatch() -> None:
+    assert errors.is_mismatch(MISMATCH_TEXT) and not errors.is_mismatch(None) and not errors.is_mismatch("")
+    for text in ("rank 1 (pid 4242) died while rank 0 was in all_reduce #6", "a mismatch of sizes"):
+        assert type(errors.acl_error(507018, "aclrtSynchronizeStream", recent=text)) is hcclpy.AclError
+        assert type(errors.hccl_error(21, "HcclAllReduce", recent=text)) is errors.HcclRemoteError
+
+
 # ----------------------------------------------------------------- from the C libraries
 
 @pytest.fixture

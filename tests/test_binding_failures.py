@@ -95,6 +95,7 @@ def _event_after_a_failure(rank: int, size: int, info: bytes) -> Dict[str, Any]:
                 result[name] = None
             except hcclpy.AclError as exc:
                 result[name] = str(exc)
+                result[f"{name} is a mismatch"] = isinstance(exc, hcclpy.CollectiveMismatchError)
         health = comm.health()
         result["health"] = (health["last_completed"], health["first_pending"])
         return result
@@ -116,5 +117,7 @@ def test_an_event_recorded_after_failed_work_reports_the_failure() -> None:
             assert message.startswith(f"{api} failed: ACL_ERROR_RT_AICPU_EXCEPTION (507018): {api}: the stream "
                                       "that recorded the event failed before reaching it: "), message
             assert "collective mismatch" in message, message
+            # The event's path reports the desync as the stream's does: CollectiveMismatchError.
+            assert result[f"{name} is a mismatch"], message
         # The flight recorder keeps operation #1 done and #2 failed, not completed.
         assert result["health"] == (1, 2), (rank, result["health"])

@@ -1,5 +1,7 @@
 """Ranks that call collectives in a different order or with different signatures are told so, on
-every rank, with both sides' calls, instead of corrupting data or hanging."""
+every rank, with both sides' calls and one exception type (CollectiveMismatchError), instead of
+corrupting data or hanging. tests/test_mismatch.py covers every argument that can differ, on
+threads and processes, and what the communicator does afterwards."""
 
 from __future__ import annotations
 
@@ -54,16 +56,18 @@ def _call(comm: hcclpy.Communicator, stream: hcclpy.Stream, call: Tuple[Any, ...
     stream.synchronize()
 
 
-def _mismatch(rank: int, size: int, info: bytes, case: str) -> str:
+def _mismatch(rank: int, size: int, info: bytes, case: str) -> Tuple[str, str]:
     comm = hcclpy.Communicator(size, info, rank, device=rank)
     stream = comm.device.create_stream()
     try:
         # One matching operation first: the mismatch is operation #2.
         _call(comm, stream, ("all_reduce", 4, "float32", "sum"))
         _call(comm, stream, CASES[case][rank])
-        return "no error"
+        return "", "no error"
+    except hcclpy.CollectiveMismatchError as exc:
+        return type(exc).__name__, str(exc)
     except hcclpy.HcclpyError as exc:
-        return str(exc)
+        return f"{type(exc).__name__}, not a CollectiveMismatchError", str(exc)
     finally:
         comm.destroy()
 
@@ -71,10 +75,11 @@ def _mismatch(rank: int, size: int, info: bytes, case: str) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.timeout(60)
 def test_mismatched_calls_are_reported_on_every_rank(case: str) -> None:
-    messages = ranks.run("threads", _mismatch, 2, case, timeout=45)
+    outcomes = ranks.run("threads", _mismatch, 2, case, timeout=45)
     mine, theirs = CASES[case][2], CASES[case][3]
-    for rank, message in enumerate(messages):
+    for rank, (kind, message) in enumerate(outcomes):
         own, other = (mine, theirs) if rank == 0 else (theirs, mine)
+        assert kind == "AclMismatchError", (rank, kind, message)  # from Stream.synchronize
         assert f"operation #2: rank {rank} called {own} but rank {1 - rank} called {other}" in message, message
 
 
@@ -127,7 +132,7 @@ def test_the_reported_operation_number_is_the_flight_recorders() -> None:
         assert result["failed"] == [(CASES["operation"][rank][0], 2)], result
 
 
-def _send_recv_sizes_differ(rank: int, size: int, info: bytes) -> str:
+def _send_recv_sizes_differ(rank: int, size: int, info: bytes) -> Tuple[bool, str]:
     comm = hcclpy.Communicator(size, info, rank, device=rank)
     stream = comm.device.create_stream()
     try:
@@ -139,9 +144,9 @@ def _send_recv_sizes_differ(rank: int, size: int, info: bytes) -> str:
         else:
             comm.recv(x, 0, stream=stream)
         stream.synchronize()
-        return "no error"
+        return False, "no error"
     except hcclpy.HcclpyError as exc:
-        return str(exc)
+        return isinstance(exc, hcclpy.CollectiveMismatchError), str(exc)
     finally:
         comm.destroy(timeout=10)
 
@@ -149,7 +154,10 @@ def _send_recv_sizes_differ(rank: int, size: int, info: bytes) -> str:
 @pytest.mark.timeout(60)
 def test_a_send_and_a_receive_of_different_sizes_are_both_told_both_sizes() -> None:
     # The sender was told only "a receive of a different size or type", with no operation number.
-    sender, receiver = ranks.run("threads", _send_recv_sizes_differ, 2, timeout=45)
+    (sender_mismatch, sender), (receiver_mismatch, receiver) = ranks.run("threads", _send_recv_sizes_differ, 2,
+                                                                        timeout=45)
+    # Not collectives: a plain AclError / HcclError (CollectiveMismatchError's documentation says so).
+    assert not sender_mismatch and not receiver_mismatch, (sender, receiver)
     assert "send p2p #2: rank 0 sent 4 fp32 to rank 1" in sender and "rank 1 posted a receive of 3 fp32" in sender, \
         sender
     assert "recv p2p #2: rank 0 sent 4 fp32 to rank 1" in receiver and "rank 1 posted a receive of 3 fp32" in \

@@ -720,8 +720,8 @@ static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32
 {
     uint32_t expected = 0;
     if (atomic_compare_exchange_strong(&header->nranks, &expected, nranks)) {
-        uint64_t slot = sizeof(slot_head_t) + 2 * 8 * (uint64_t)nranks + (sizeof(p2p_out_t) + sizeof(p2p_in_t)) *
-                        (uint64_t)nranks;
+        uint64_t slot = sizeof(slot_head_t) + 8 * slot_vector_words(nranks) +
+                        (sizeof(p2p_out_t) + sizeof(p2p_in_t)) * (uint64_t)nranks;
         header->slot_bytes = round_up(slot, 4096);
         header->total_bytes = SEG_HEADER_BYTES + header->slot_bytes * nranks;
         if (ftruncate(fd, (off_t)header->total_bytes) != 0) {

@@ -125,6 +125,44 @@ static void load_desync_setting(void)
     g_desync_checks = value == NULL || strcmp(value, "0") != 0;
 }
 
+/* An entry on which this rank's count matrix of all_to_all_vc `op` and rank `peer`'s differ, from
+ * what the peer published with the matrix's digest (publish_descriptor): its whole matrix up to
+ * HCCL_SIM_FULL_MATRIX_RANKS ranks, so that one is always found; with more ranks, only its own
+ * row (what it sends) and column (what it receives).  False when those agree and the matrices
+ * differ elsewhere only: a rank that publishes that entry's row or column then agrees with one
+ * of the two ranks and differs from the other, which names it. */
+static bool matrix_difference(const op_task_t *op, uint32_t peer, uint32_t *row, uint32_t *col, uint64_t *mine,
+                              uint64_t *theirs)
+{
+    const hccl_comm_t *comm = op->comm;
+    uint32_t n = comm->nranks;
+    const uint64_t *m = op->vectors, *published = slot_vectors(comm, peer);
+    bool whole = n <= HCCL_SIM_FULL_MATRIX_RANKS;
+    uint64_t entries = whole ? (uint64_t)n * n : 2 * (uint64_t)n;
+    for (uint64_t e = 0; e < entries; e++) {
+        /* the whole matrix row by row; or the peer's row, then its column */
+        uint32_t i = whole ? (uint32_t)(e / n) : e < n ? peer : (uint32_t)(e - n);
+        uint32_t j = whole ? (uint32_t)(e % n) : e < n ? (uint32_t)e : peer;
+        if (m[(uint64_t)i * n + j] != published[e]) {
+            *row = i;
+            *col = j;
+            *mine = m[(uint64_t)i * n + j];
+            *theirs = published[e];
+            return true;
+        }
+    }
+    return false;
+}
+
+static int report_mismatch(const op_task_t *op, uint32_t peer, const char *a, const char *b)
+{
+    const hccl_comm_t *comm = op->comm;
+    return hccl_error(HCCL_E_PARA, HCCL_SIM_MISMATCH_MARK "%s' at operation #%llu: rank %u called %s but rank %u "
+                      "called %s", comm->name, (unsigned long long)op->cseq, comm->rank, a, peer, b);
+}
+
+/* Compares this rank's call with every peer's; every rank does, so each fails on a difference,
+ * naming its own call and the peer's. */
 static int check_signatures(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
@@ -132,19 +170,39 @@ static int check_signatures(op_task_t *op)
     if (!g_desync_checks)
         return STEP_DONE;
     const op_desc_t *mine = desc_of(op, comm->rank);
+    char a[160], b[160];
+    uint32_t unnamed = UINT32_MAX; /* a peer whose count matrix differs where this rank cannot see */
     for (uint32_t r = 0; r < comm->nranks; r++) {
         const op_desc_t *theirs = desc_of(op, r);
         if (r == comm->rank || same_call(mine, theirs))
             continue;
-        char a[160], b[160];
+        if (mine->type == HCCL_CMD_ALLTOALLVC && theirs->type == HCCL_CMD_ALLTOALLVC &&
+            mine->seq == theirs->seq && mine->dtype == theirs->dtype) {
+            uint32_t i, j;
+            uint64_t own, other;
+            if (!matrix_difference(op, r, &i, &j, &own, &other)) {
+                if (unnamed == UINT32_MAX)
+                    unnamed = r;
+                continue; /* a peer whose difference this rank can name is a better report */
+            }
+            const char *dtype = hccl_dtype_name(mine->dtype);
+            snprintf(a, sizeof a, "all_to_all_vc(%s, sendCountMatrix[%u][%u] = %llu)", dtype, i, j,
+                     (unsigned long long)own);
+            snprintf(b, sizeof b, "all_to_all_vc(%s, sendCountMatrix[%u][%u] = %llu)", dtype, i, j,
+                     (unsigned long long)other);
+            return report_mismatch(op, r, a, b);
+        }
         describe(mine, a, sizeof a);
         describe(theirs, b, sizeof b);
-        if (mine->type == HCCL_CMD_ALLTOALLVC && theirs->type == HCCL_CMD_ALLTOALLVC)
-            snprintf(b + strlen(b), sizeof b - strlen(b), " with a different count matrix");
-        return hccl_error(HCCL_E_PARA, "collective mismatch on '%s' at operation #%llu: rank %u called %s but rank "
-                          "%u called %s", comm->name, (unsigned long long)op->cseq, comm->rank, a, r, b);
+        return report_mismatch(op, r, a, b);
     }
-    return STEP_DONE;
+    if (unnamed == UINT32_MAX)
+        return STEP_DONE;
+    const char *dtype = hccl_dtype_name(mine->dtype);
+    snprintf(a, sizeof a, "all_to_all_vc(%s)", dtype);
+    snprintf(b, sizeof b, "all_to_all_vc(%s) with a different sendCountMatrix, outside row and column %u (rank %u's "
+             "error names the entry)", dtype, unnamed, unnamed);
+    return report_mismatch(op, unnamed, a, b);
 }
 
 /* ------------------------------------------------------------------ work */
@@ -272,9 +330,11 @@ static int work_all_to_all_v(op_task_t *op, size_t elem)
         const uint64_t *theirs = slot_vectors(comm, r);
         uint64_t count = theirs[me], displ = theirs[n + me];
         if (count != recv_counts[r])
-            return hccl_error(HCCL_E_PARA, "all_to_all_v #%llu on '%s': rank %u sends %llu elements to rank %u, "
-                              "which expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
-                              (unsigned long long)count, me, r, (unsigned long long)recv_counts[r]);
+            return hccl_error(HCCL_E_PARA, HCCL_SIM_MISMATCH_MARK "%s' at operation #%llu: rank %u called "
+                              "all_to_all_v(%s, recvCounts[%u] = %llu) but rank %u called all_to_all_v(%s, "
+                              "sendCounts[%u] = %llu)", comm->name, (unsigned long long)op->cseq, me,
+                              hccl_dtype_name(op->dtype), r, (unsigned long long)recv_counts[r], r,
+                              hccl_dtype_name(op->dtype), me, (unsigned long long)count);
         sim_copy((char *)op->recv + rdispls[r] * elem, buffer_of(comm, r, desc_of(op, r)->send_offset) + displ * elem,
                   count * elem, false);
     }
@@ -309,9 +369,11 @@ static int work_all_gather_v(op_task_t *op, size_t elem)
     for (uint32_t r = 0; r < n; r++) {
         const op_desc_t *d = desc_of(op, r);
         if (d->count != recv_counts[r])
-            return hccl_error(HCCL_E_PARA, "all_gather_v #%llu on '%s': rank %u sends %llu elements, but rank %u "
-                              "expects recvCounts[%u] = %llu", (unsigned long long)op->cseq, comm->name, r,
-                              (unsigned long long)d->count, comm->rank, r, (unsigned long long)recv_counts[r]);
+            return hccl_error(HCCL_E_PARA, HCCL_SIM_MISMATCH_MARK "%s' at operation #%llu: rank %u called "
+                              "all_gather_v(%s, recvCounts[%u] = %llu) but rank %u called all_gather_v(sendCount=%llu, "
+                              "%s)", comm->name, (unsigned long long)op->cseq, comm->rank, hccl_dtype_name(op->dtype),
+                              r, (unsigned long long)recv_counts[r], r, (unsigned long long)d->count,
+                              hccl_dtype_name(op->dtype));
         sim_copy((char *)op->recv + displs[r] * elem, buffer_of(comm, r, d->send_offset), d->count * elem, false);
     }
     return STEP_DONE;
@@ -326,10 +388,12 @@ static int work_reduce_scatter_v(op_task_t *op, size_t elem)
     for (uint32_t r = 0; r < n; r++) {
         const uint64_t *theirs = slot_vectors(comm, r);
         if (theirs[me] != op->recv_count)
-            return hccl_error(HCCL_E_PARA, "reduce_scatter_v #%llu on '%s': rank %u contributes sendCounts[%u] = "
-                              "%llu elements, but rank %u has recvCount = %llu", (unsigned long long)op->cseq,
-                              comm->name, r, me, (unsigned long long)theirs[me], me,
-                              (unsigned long long)op->recv_count);
+            return hccl_error(HCCL_E_PARA, HCCL_SIM_MISMATCH_MARK "%s' at operation #%llu: rank %u called "
+                              "reduce_scatter_v(recvCount=%llu, %s, %s) but rank %u called reduce_scatter_v(%s, %s, "
+                              "sendCounts[%u] = %llu)", comm->name, (unsigned long long)op->cseq, me,
+                              (unsigned long long)op->recv_count, hccl_dtype_name(op->dtype), hccl_op_name(op->op), r,
+                              hccl_dtype_name(op->dtype), hccl_op_name(op->op), me,
+                              (unsigned long long)theirs[me]);
         comm->scratch_in[r] = buffer_of(comm, r, desc_of(op, r)->send_offset) + theirs[n + me] * elem;
     }
     comm->scratch_out[0] = op->recv;
@@ -488,8 +552,21 @@ static void publish_descriptor(op_task_t *op)
     uint64_t *vectors = slot_vectors(comm, comm->rank);
     if (op->type == HCCL_CMD_ALLTOALLV || op->type == HCCL_CMD_REDUCE_SCATTER_V)
         memcpy(vectors, op->vectors, 2 * n * sizeof *vectors);
-    if (op->type == HCCL_CMD_ALLTOALLVC)
+    if (op->type == HCCL_CMD_ALLTOALLVC) {
+        /* The digest compares whole matrices in one word; the matrix (or, with many ranks, this
+         * rank's row and column) names an entry that differs (matrix_difference).  The vectors
+         * are free: a rank reads a peer's only while both run the same operation, which does not
+         * end on either before both are done with them. */
         d->count = digest(op->vectors, (uint64_t)n * n);
+        if (n <= HCCL_SIM_FULL_MATRIX_RANKS) {
+            memcpy(vectors, op->vectors, (size_t)n * n * sizeof *vectors);
+        } else {
+            for (uint32_t j = 0; j < n; j++) {
+                vectors[j] = op->vectors[(uint64_t)comm->rank * n + j];
+                vectors[n + j] = op->vectors[(uint64_t)j * n + comm->rank];
+            }
+        }
+    }
 }
 
 static int step_collective(op_task_t *op)

@@ -12,6 +12,18 @@
 #define HCCL_SIM_MAX_COUNT 0x7FFFFFFFFULL /* SYS_MAX_COUNT of the real library */
 #define HCCL_SIM_NAME_BYTES 128
 
+/* How the text of every failure that comes from ranks whose collective calls differ begins:
+ * "collective mismatch on '<communicator>' at operation #N: rank A called ... but rank B called
+ * ...".  The return codes stay CANN's (HCCL_E_PARA where a rank sees the difference, the
+ * runtime's ACL_ERROR_RT_AICPU_EXCEPTION on its stream, HCCL_E_REMOTE on a rank that learns of it
+ * from another), so the text is what tells such a failure apart; and the text already goes
+ * wherever the failure is reported: the stream's sticky error, HcclGetCommAsyncError, and the
+ * communicator's abort record that the peers' errors and every later call quote.  At the start,
+ * so that no truncation of a longer text that quotes it cuts it off.  hcclpy raises
+ * CollectiveMismatchError for a failure whose text holds it (hcclpy/errors.py SIM_MISMATCH_MARK;
+ * a test keeps the two equal).  Real CANN has no such text. */
+#define HCCL_SIM_MISMATCH_MARK "collective mismatch on '"
+
 /* ------------------------------------------------------------- root info */
 
 /* What HcclRootInfo carries: where the communicator's control segment is and
@@ -192,6 +204,20 @@ static inline slot_head_t *comm_slot(const hccl_comm_t *comm, uint32_t rank)
     return (slot_head_t *)(comm->segment + SEG_HEADER_BYTES + (uint64_t)rank * comm->header->slot_bytes);
 }
 
+/* Up to this many ranks, all_to_all_vc publishes its whole count matrix in the slot, so that every
+ * rank can name an entry on which its matrix and a peer's differ (exec.c check_signatures); with
+ * more, only its own row and column.  n * n words a slot, in pages of the segment that nothing
+ * touches unless the operation runs; the copy costs what the matrix's digest already does. */
+#define HCCL_SIM_FULL_MATRIX_RANKS 64u
+
+/* Words of a slot's vectors: all_to_all_v's and reduce_scatter_v's counts and displacements
+ * (2 n), or all_to_all_vc's count matrix (n * n up to HCCL_SIM_FULL_MATRIX_RANKS ranks). */
+static inline uint64_t slot_vector_words(uint32_t nranks)
+{
+    uint64_t n = nranks;
+    return nranks <= HCCL_SIM_FULL_MATRIX_RANKS ? SIM_MAX(2 * n, n * n) : 2 * n;
+}
+
 static inline uint64_t *slot_vectors(const hccl_comm_t *comm, uint32_t rank)
 {
     return (uint64_t *)((char *)comm_slot(comm, rank) + sizeof(slot_head_t));
@@ -199,7 +225,7 @@ static inline uint64_t *slot_vectors(const hccl_comm_t *comm, uint32_t rank)
 
 static inline p2p_out_t *slot_p2p_out(const hccl_comm_t *comm, uint32_t rank)
 {
-    return (p2p_out_t *)(slot_vectors(comm, rank) + 2 * (uint64_t)comm->nranks);
+    return (p2p_out_t *)(slot_vectors(comm, rank) + slot_vector_words(comm->nranks));
 }
 
 static inline p2p_in_t *slot_p2p_in(const hccl_comm_t *comm, uint32_t rank)
