@@ -275,6 +275,64 @@ def test_the_matrix_entry_is_named_on_every_rank_of_a_wider_matrix() -> None:
                 f"all_to_all_vc(fp32, sendCountMatrix[3][2] = {theirs})") in error["message"], (rank, error)
 
 
+# Past 64 ranks the simulator publishes only each rank's own row and column of the matrix. Run in
+# a process of its own, which the simulator gives 66 devices.
+_WIDE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import hcclpy
+import ranks
+
+def body(rank, size, info):
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = comm.device.create_stream()
+    matrix = [[1] * size for _ in range(size)]
+    if rank == 1:
+        matrix[3][2] = 2  # in rank 3's row and rank 2's column: only they publish it
+    try:
+        comm.all_to_all_vc(hcclpy.from_numpy(np.ones(sum(matrix[rank]), np.float32), device=comm.device),
+                           hcclpy.empty(sum(row[rank] for row in matrix), "float32", device=comm.device), matrix,
+                           stream=stream)
+        stream.synchronize(timeout=60)
+        return "no error"
+    except hcclpy.CollectiveMismatchError as exc:
+        return exc.detail
+    finally:
+        try:
+            stream.close()
+        except hcclpy.AclError:
+            pass
+        comm.destroy(timeout=60)
+
+for rank, detail in enumerate(ranks.run_threads(body, 66, timeout=150)):
+    print(rank, detail)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_matrix_of_more_ranks_than_the_simulator_publishes_is_still_named_on_every_rank() -> None:
+    """66 ranks, rank 1's matrix differing in entry [3][2]: rank 1 names the entry and both values
+    (it sees rank 2's column and rank 3's row); every other rank names rank 1's call, whose entry
+    lies outside what rank 1 publishes, and says that rank 1's error names it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "HCCLPY_SIM_DEVICES": "66", "HCCLPY_SIM_DEVICE_MEMORY": "64M", "HCCLPY_BACKEND": "sim"}
+    result = subprocess.run([sys.executable, "-c", _WIDE, str(Path(__file__).parent)], env=env, capture_output=True,
+                            text=True, timeout=200)
+    assert result.returncode == 0, result.stderr
+    details = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert len(details) == 66, result.stdout
+    assert ("rank 1 called all_to_all_vc(fp32, sendCountMatrix[3][2] = 2) but rank 2 called all_to_all_vc(fp32, "
+            "sendCountMatrix[3][2] = 1)") in details["1"], details["1"]
+    for rank, detail in details.items():
+        if rank != "1":
+            assert (f"rank {rank} called all_to_all_vc(fp32) but rank 1 called all_to_all_vc(fp32) with a different "
+                    "sendCountMatrix, outside row and column 1 (rank 1's error names the entry)") in detail, detail
+
+
 # ------------------------------------------------------------- after a mismatch: rebuild
 
 def _rebuild(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
