@@ -109,7 +109,8 @@ def _expected(case: str, rank: int, size: int, n: int) -> str:
     describe = CASES[case][1]
     odd = size - 1
     peer = 0 if rank == odd else odd
-    return f"rank {rank} called {describe(rank == odd, n, size)} but rank {peer} called {describe(peer == odd, n, size)}"
+    own, other = describe(rank == odd, n, size), describe(peer == odd, n, size)
+    return f"rank {rank} called {own} but rank {peer} called {other}"
 
 
 def _outcome(exc: Optional[BaseException]) -> Dict[str, Any]:
@@ -216,36 +217,62 @@ def test_a_large_mismatch_is_the_same_error() -> None:
 
 # ---------------------------------------------------------------- count vectors (V operations)
 
-def _v_case(rank: int, size: int, info: bytes) -> Dict[str, Any]:
-    world = hcclpy.Communicator(size, info, rank, device=rank)
+def _reduce_scatter_v(comm: hcclpy.Communicator, stream: hcclpy.Stream, odd: bool, n: int, size: int) -> None:
+    # Every rank keeps n elements; the odd rank thinks it gives rank 0 one more.
+    counts = [n] * size
+    if odd:
+        counts[0] = n + 1
+    displs = [sum(counts[:r]) for r in range(size)]
+    comm.reduce_scatter_v(_ones(sum(counts), comm.device), hcclpy.empty(n, "float32", device=comm.device), counts,
+                          displs, "sum", stream=stream)
+
+
+def _all_to_all_v(comm: hcclpy.Communicator, stream: hcclpy.Stream, odd: bool, n: int, size: int) -> None:
+    # Every rank sends and expects n elements a peer; the odd rank sends rank 0 one more.
+    sends, receives = [n] * size, [n] * size
+    if odd:
+        sends[0] = n + 1
+    comm.all_to_all_v(_ones(sum(sends), comm.device), hcclpy.empty(sum(receives), "float32", device=comm.device),
+                      sends, receives, [sum(sends[:r]) for r in range(size)], [sum(receives[:r]) for r in range(size)],
+                      stream=stream)
+
+
+# What a vector operation's odd rank gets wrong, and how the rank that sees it words both sides
+# (the odd rank's own vectors agree with what it sends and keeps: it learns of the difference from
+# that rank and quotes it).
+V_CASES: Dict[str, Tuple[Call, str]] = {
+    "all_gather_v": (_all_gather_v, r"rank \d called all_gather_v\(fp32, recvCounts\[{odd}\] = 8\) but rank {odd} "
+                                    r"called all_gather_v\(sendCount=9, fp32\)"),
+    "reduce_scatter_v": (_reduce_scatter_v, r"rank 0 called reduce_scatter_v\(recvCount=8, fp32, sum\) but rank {odd} "
+                                            r"called reduce_scatter_v\(fp32, sum, sendCounts\[0\] = 9\)"),
+    "all_to_all_v": (_all_to_all_v, r"rank 0 called all_to_all_v\(fp32, recvCounts\[{odd}\] = 8\) but rank {odd} "
+                                    r"called all_to_all_v\(fp32, sendCounts\[0\] = 9\)"),
+}
+
+
+def _v_case(rank: int, size: int, info: bytes, case: str) -> Dict[str, Any]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    stream = comm.device.create_stream()
     try:
-        comm = world.split(list(range(size)))
-        assert comm is not None
-        stream = comm.device.create_stream()
-        try:
-            return _caught(lambda: (_all_gather_v(comm, stream, rank == size - 1, 8, size),
-                                    stream.synchronize(timeout=30)))
-        finally:
-            with contextlib.suppress(hcclpy.AclError):
-                stream.close()
-            comm.destroy(timeout=30)
+        return _caught(lambda: (V_CASES[case][0](comm, stream, rank == size - 1, 8, size),
+                                stream.synchronize(timeout=30)))
     finally:
-        world.destroy(timeout=30)
+        with contextlib.suppress(hcclpy.AclError):
+            stream.close()
+        comm.destroy(timeout=30)
 
 
+@pytest.mark.parametrize("case", sorted(V_CASES))
 @pytest.mark.parametrize("size", [2, 3])
 @pytest.mark.timeout(120)
-def test_count_vectors_that_differ_are_the_same_error(size: int) -> None:
-    """all_gather_v where the odd rank sends one element more than the others expect from it.
-    The ranks that expect fewer see it; the odd rank, whose vector agrees with what everyone
-    sends, learns of it from them: the same exception on every rank, and every message names
-    both sides."""
-    odd = size - 1
-    want = (rf"rank \d called all_gather_v\(fp32, recvCounts\[{odd}\] = 8\) but rank {odd} called "
-            rf"all_gather_v\(sendCount=9, fp32\)")
-    for rank, error in enumerate(ranks.run_threads(_v_case, size, timeout=90)):
+def test_count_vectors_that_differ_are_the_same_error(case: str, size: int) -> None:
+    """The odd rank passes a count that disagrees with another rank's vector. The rank whose
+    vector it contradicts sees it; the odd rank (and, with 3 ranks, the third) learns of it from
+    that rank: the same exception on every rank, and every message names both sides."""
+    want = V_CASES[case][1].format(odd=size - 1)
+    for rank, error in enumerate(ranks.run_threads(_v_case, size, case, timeout=90)):
         assert error["class"] == "AclMismatchError" and error["mismatch"], (rank, error)
-        assert re.search(want, error["message"]), (rank, error["message"])
+        assert re.search(want, error["message"]), (rank, want, error["message"])
 
 
 def test_the_matrix_entry_is_named_on_every_rank_of_a_wider_matrix() -> None:
