@@ -47,6 +47,59 @@ def test_init_methods(method: str, tmp_path: Any) -> None:
     assert out == [3.0, 3.0]
 
 
+def _explicit_arguments(rank: int, size: int, info: bytes, directory: str, world_size_variable: str) -> float:
+    # A shell that exported WORLD_SIZE (or a launcher's partial environment): torch takes the rank
+    # and size from the arguments, as gloo does, and so must the backend.
+    os.environ.pop("RANK", None)
+    os.environ["WORLD_SIZE"] = world_size_variable
+    dist.init_process_group("hcclpy", init_method=f"file://{directory}/store", rank=rank, world_size=size)
+    try:
+        x = torch.tensor([rank + 1.0])
+        dist.all_reduce(x)
+        return x.item()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size_variable", ["2", "5"])
+@pytest.mark.timeout(120)
+def test_explicit_rank_and_size_win_over_the_environment(world_size_variable: str, tmp_path: Any) -> None:
+    out = ranks.run_processes(_explicit_arguments, 2, str(tmp_path), world_size_variable, timeout=90)
+    assert out == [3.0, 3.0]
+
+
+def _backends(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    gloo = tr.init(rank, size, directory)
+    try:
+        found: Dict[str, Any] = {}
+        for name, group in (("hcclpy", dist.group.WORLD), ("sub", dist.new_group([0, 1])), ("gloo", gloo)):
+            backend = group._get_backend(torch.device("cpu"))
+            found[name] = {"rank": backend.rank(), "size": backend.size(), "name": backend.name(),
+                           "devices": [d.type for d in group._device_types], "splits": backend.supports_splitting}
+            try:
+                group._get_backend(torch.device("cuda"))
+                found[name]["cuda"] = "a backend"
+            except RuntimeError:  # what torch's helpers expect of a group without that device
+                found[name]["cuda"] = "RuntimeError"
+        options = dist.group.WORLD._get_backend(torch.device("cpu")).options
+        found["options"] = [options.backend, options._timeout.total_seconds(), list(options.global_ranks_in_group)]
+        found["get_backend"] = dist.get_backend()
+        return found
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_a_group_gives_its_cpu_backend_as_gloo_does(tmp_path: Any) -> None:
+    for rank, found in enumerate(ranks.run_processes(_backends, 2, str(tmp_path), timeout=90)):
+        assert found["hcclpy"] == {"rank": rank, "size": 2, "name": "hcclpy", "devices": ["cpu"], "splits": False,
+                                   "cuda": "RuntimeError"}, found
+        assert found["sub"] == found["hcclpy"], found
+        assert found["gloo"]["rank"] == rank and found["gloo"]["name"] == "gloo", found  # gloo serves CUDA too
+        assert found["options"] == ["hcclpy", 60.0, [0, 1]], found
+        assert found["get_backend"] == "hcclpy"
+
+
 def _receive_first(rank: int, size: int, info: bytes, port: int) -> List[float]:
     # A TCP store: its client serves one request at a time, which a blocking wait for a channel's
     # root info once turned into a deadlock when both ranks received before they sent.
@@ -247,15 +300,25 @@ def test_futures_settle_before_wait_returns_and_their_callbacks_may_run_collecti
     assert out == [{"late": 0, "chained": [4.0, 4.0]}] * 2
 
 
-def _timeout(rank: int, size: int, info: bytes, directory: str) -> str:
+def _described(exc: BaseException) -> Dict[str, Any]:
+    """What a handler of a torch backend's failure can read off ``exc``."""
+    return {"type": type(exc).__name__, "torch": isinstance(exc, dist.DistBackendError),
+            "hcclpy timeout": isinstance(exc, hcclpy.CommTimeoutError), "api": exc.api, "code": exc.code,
+            "name": exc.name, "detail": exc.detail, "cause": type(exc.__cause__).__name__,
+            "cause api": getattr(exc.__cause__, "api", None), "message": str(exc)}
+
+
+def _timeout(rank: int, size: int, info: bytes, directory: str, async_op: bool) -> Any:
     gloo = tr.init(rank, size, directory, timeout=2.0)
     try:
         if rank == 0:
             try:
-                dist.all_reduce(torch.ones(4))  # rank 1 never joins
+                work = dist.all_reduce(torch.ones(4), async_op=async_op)  # rank 1 never joins
+                if work is not None:
+                    work.wait()
                 return "returned"
-            except RuntimeError as exc:  # as from torch's own backends
-                return f"{type(exc).__name__}, an hcclpy timeout: {isinstance(exc, hcclpy.CommTimeoutError)}"
+            except dist.DistBackendError as exc:  # as torch users catch their backends' failures
+                return _described(exc)
             finally:
                 dist.barrier(group=gloo)
         dist.barrier(group=gloo)
@@ -264,11 +327,19 @@ def _timeout(rank: int, size: int, info: bytes, directory: str) -> str:
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("async_op", [False, True])
 @pytest.mark.timeout(120)
-def test_the_group_timeout_ends_an_operation_a_peer_never_joins(tmp_path: Any) -> None:
-    out = ranks.run_processes(_timeout, 2, str(tmp_path), timeout=90)
+def test_the_group_timeout_ends_an_operation_a_peer_never_joins(async_op: bool, tmp_path: Any) -> None:
+    out = ranks.run_processes(_timeout, 2, str(tmp_path), async_op, timeout=90)
     assert out[1] == "waited"
-    assert out[0] in ("HcclTimeoutError, an hcclpy timeout: True", "AclTimeoutError, an hcclpy timeout: True"), out[0]
+    got = out[0]
+    assert isinstance(got, dict), got
+    assert got["type"] == "BackendTimeoutError" and got["torch"] and got["hcclpy timeout"], got
+    # The C function, its code and the library's text travel with it; the hcclpy error is its cause.
+    assert got["cause"] in ("HcclTimeoutError", "AclTimeoutError"), got
+    assert got["api"] and got["api"] == got["cause api"] and isinstance(got["code"], int) and got["name"], got
+    assert "allreduce on process group" in got["message"] and " Timed out " in got["message"], got
+    assert got["detail"] in got["message"], got
 
 
 def _lazy_views(rank: int, size: int, info: bytes, directory: str) -> List[str]:
@@ -310,19 +381,20 @@ def _mismatched_receive(rank: int, size: int, info: bytes, directory: str) -> Li
         work = dist.isend(torch.ones(4), 1) if rank == 0 else dist.irecv(torch.empty(3), 0)
         try:
             work.wait()
-            return ["no error"]
-        except hcclpy.HcclpyError as exc:
-            return [type(exc).__name__, str(exc)]
+            return {"type": "no error"}
+        except dist.DistBackendError as exc:
+            return _described(exc)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.timeout(120)
-def test_a_failed_operation_raises_from_wait(tmp_path: Any) -> None:
-    sender, receiver = ranks.run_processes(_mismatched_receive, 2, str(tmp_path), timeout=90)
-    # The failure is reported by the first call that meets the failed stream: HCCL's or ACL's.
-    assert receiver[0] in ("HcclError", "AclError") and "posted a receive of 3" in receiver[1], receiver
-    assert sender[0] in ("HcclError", "AclError") and "posted a receive of 3" in sender[1], sender
+def test_a_failed_operation_raises_from_wait_as_torch_backends_do(tmp_path: Any) -> None:
+    for got in ranks.run_processes(_mismatched_receive, 2, str(tmp_path), timeout=90):
+        assert got["type"] == "BackendError" and got["torch"], got
+        # The failure is reported by the first call that meets the failed stream: HCCL's or ACL's.
+        assert got["cause"] in ("HcclError", "AclError") and got["api"] == got["cause api"], got
+        assert "posted a receive of 3" in got["message"] and got["name"] and got["code"], got
 
 
 def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
@@ -344,6 +416,9 @@ def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
                                             torch.ones(2, 3, 2, 2).contiguous(memory_format=torch.channels_last)),
         lambda: dist.all_gather_into_tensor(torch.empty(3, 2, 2, 2).contiguous(memory_format=torch.channels_last),
                                             torch.ones(1, 2, 3, 2).contiguous(memory_format=torch.channels_last)),
+        # [rank][tensor]: one list per rank (2), each with one tensor per input (3)
+        lambda: dist.all_gather_coalesced([[torch.empty(1)] * 2] * 3, [torch.ones(1)] * 2),
+        lambda: dist.all_gather_coalesced([[torch.empty(1)] * 3] * 2, [torch.ones(1)] * 2),
     ]
     try:
         for case in cases:
@@ -370,7 +445,10 @@ def test_unsupported_combinations_are_refused_before_they_run(tmp_path: Any) -> 
                 "reduce_scatter_tensor with ReduceOp.PRODUCT is not supported on complex tensors",
                 "non-contiguous", "recv without a source rank", "blocks", "equal blocks", "split sizes",
                 "mix memory formats (channels_last, contiguous)",
-                "a channels_last tensor is cut into blocks of rows, so its first dimension (3) must be a multiple of 2"]
+                "a channels_last tensor is cut into blocks of rows, so its first dimension (3) must be a multiple of 2",
+                "all_gather_coalesced: output_tensor_lists must hold 2 lists (one per rank) of 2 tensors (one per "
+                "input), got lists of [2, 2, 2]",
+                "got lists of [3, 3]"]
     assert len(messages) == len(expected) + 1, messages
     for message, fragment in zip(messages, expected):
         assert fragment in message and message.startswith(("ValueError", "TypeError")), (fragment, message)

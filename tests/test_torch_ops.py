@@ -101,6 +101,18 @@ def _cases(rank: int, size: int, gloo: Any) -> List[Any]:
         got = [torch.empty(r + 1) for r in range(size)]
         dist.all_gather(got, x)
         out += [tr.mismatch(f"uneven all_gather [{r}]", g, torch.full((r + 1,), float(r))) for r, g in enumerate(got)]
+        # all_gather_coalesced: output_tensor_lists[r][i] is rank r's inputs[i] ([rank][tensor],
+        # the transpose of all_gather's lists). With as many inputs of one shape as ranks, reading
+        # the lists the other way round fits every shape and swaps the results silently.
+        for count, shapes in ((size, [(2,)] * size), (size + 1, [(i + 1,) for i in range(size + 1)])):
+            inputs = [tr.data(rank, shape, torch.float32, seed=20 + i) for i, shape in enumerate(shapes)]
+            want = [[tr.data(r, shape, torch.float32, seed=20 + i) for i, shape in enumerate(shapes)]
+                    for r in range(size)]
+            for name, group in (("hcclpy", None), ("gloo", gloo)):
+                got_lists = [[torch.empty(shape) for shape in shapes] for _ in range(size)]
+                dist.all_gather_coalesced(got_lists, inputs, group=group)
+                out += [tr.mismatch(f"{name} all_gather_coalesced of {count} inputs [{r}][{i}]", g, w)
+                        for r in range(size) for i, (g, w) in enumerate(zip(got_lists[r], want[r]))]
         for root in range(size):
             x = tr.data(rank, (5,), torch.int32, seed=root)
             want = tr.everyone(x, gloo)

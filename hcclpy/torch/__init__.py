@@ -26,11 +26,13 @@ import torch
 import torch.distributed as dist
 
 from ..communicator import Communicator
+from ._errors import BackendError, BackendMismatchError, BackendRemoteError, BackendTimeoutError
 from ._process_group import ProcessGroupHcclpy, create
-from ._work import BackendTimeoutError, Work
+from ._work import Work
 
-__all__ = ["BACKEND", "BackendTimeoutError", "ProcessGroupHcclpy", "Work", "all_gather_into_tensor_uneven",
-           "communicator", "reduce_scatter_tensor_uneven"]
+__all__ = ["BACKEND", "BackendError", "BackendMismatchError", "BackendRemoteError", "BackendTimeoutError",
+           "ProcessGroupHcclpy", "Work", "all_gather_into_tensor_uneven", "communicator",
+           "reduce_scatter_tensor_uneven"]
 
 BACKEND = "hcclpy"
 

@@ -26,7 +26,8 @@ from ..communicator import Communicator
 from ..config import CommConfig
 from ..rootinfo import RootInfo
 from ..runtime import Device, Stream
-from ._work import BackendTimeoutError, Executor, Work
+from ._errors import BackendTimeoutError, timed_out
+from ._work import Executor, Work
 
 _P2P_BUFFER_MB = 20
 
@@ -93,8 +94,8 @@ class Channel:
         pause = 0.0005
         while not self._store.check([key]):
             if time.monotonic() > deadline:
-                raise BackendTimeoutError(f"{self._key}: the peer {failure} within the group's timeout of "
-                                          f"{self._timeout:g} s")
+                raise BackendTimeoutError(f"{self._key}: " + timed_out(f"the peer {failure} within the group's "
+                                                                       f"timeout of {self._timeout:g} s"))
             if self._closing.wait(pause):
                 raise RuntimeError(f"{self._key}: the process group was destroyed while this rank waited for the "
                                    f"peer, which {failure}")

@@ -17,14 +17,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from .. import collectives
 from ..bootstrap import detect_launch
 from ..communicator import Communicator
 from ..config import CommConfig
+from ..errors import HcclpyError
 from ..rootinfo import RootInfo
 from ..runtime import Device, device_count
 from ._dtypes import Reduction, movement, reduction
+from ._errors import backend_error
 from ._p2p import Channel, p2p_config
 from ._transport import DeviceTransport, HostTransport, in_memory_order, npu_stream
 from ._work import EventWork, Executor, Work
@@ -41,6 +44,11 @@ def _npu_available() -> bool:
     return npu is not None and npu.is_available()
 
 
+def _served_devices() -> Tuple[str, ...]:
+    """The device types a group serves: "npu" is a torch device type only once torch_npu is loaded."""
+    return ("cpu", "npu") if getattr(torch, "npu", None) is not None else ("cpu",)
+
+
 _process_device: Optional[Device] = None
 
 
@@ -52,11 +60,24 @@ def process_device(rank_hint: int) -> Device:
         if _npu_available():
             device_id = torch.npu.current_device()  # type: ignore[attr-defined]
         else:
-            launch = detect_launch()
-            local = launch.local_rank if launch.launcher != "none" else rank_hint
-            device_id = local % device_count()
+            device_id = _local_rank(rank_hint) % device_count()
         _process_device = Device(device_id)
     return _process_device
+
+
+def _local_rank(rank_hint: int) -> int:
+    """The launcher's local rank, or ``rank_hint`` when no launcher describes this process.
+
+    torch has already decided the rank and size (from its arguments, which win over the
+    environment, as with gloo); the launcher's variables only place the process on a device.
+    An environment that names no complete launch (``WORLD_SIZE`` without ``RANK``, say: a shell
+    that exported one of them) therefore falls back to the rank instead of failing."""
+    try:
+        launch = detect_launch()
+    except ValueError as exc:
+        log.debug("no complete launcher environment (%s): device chosen from rank %d", exc, rank_hint)
+        return rank_hint
+    return launch.local_rank if launch.launcher != "none" else rank_hint
 
 
 def _options(pg_options: Any, timeout: float) -> Tuple[Optional[CommConfig], Optional[int]]:
@@ -158,6 +179,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._label = group_name
         self._group_name = group_name
         self._group_desc = ""
+        self._global_ranks = list(global_ranks) or list(range(size))
         self._config, device = _options(pg_options, self._timeout)
         self._device = Device(device) if device is not None else process_device(rank)
         # torch may give a group created again (after destroy_process_group, say) a store with the
@@ -210,6 +232,55 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     def getGroupDesc(self) -> str:
         return self._group_desc
+
+    # ------------------------------------------------------------------- torch's Backend interface
+    #
+    # torch gives each group one Backend per device type and hands it out by
+    # ``group._get_backend(device)``. torch 2.13 lets no Python class be such a Backend (its
+    # Backend type has no constructor for Python subclasses), so torch takes a Python backend's
+    # creator result as the group itself (distributed_c10d: "subclass of ProcessGroup ... return
+    # this process group"), registering nothing in it. This group therefore answers for its own
+    # backend, on the devices it serves, with the parts of torch's Backend interface that mean
+    # something here.
+
+    @property
+    def _device_types(self) -> List[torch.device]:
+        """The device types this group serves: CPU, and NPU where torch_npu is loaded."""
+        return [torch.device(kind) for kind in _served_devices()]
+
+    def _get_backend(self, device: Any) -> "ProcessGroupHcclpy":
+        """The backend of ``device`` (a ``torch.device`` or its type): this group, for CPU and NPU
+        tensors. Raises ``RuntimeError`` for another device type, as torch does (torch's own
+        helpers probe for a CUDA backend and catch that)."""
+        kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+        if kind not in _served_devices():
+            raise RuntimeError(f"No backend type associated with device type {kind}: the hcclpy backend serves "
+                               f"{', '.join(_served_devices())} tensors")
+        return self
+
+    def name(self) -> str:
+        return "hcclpy"
+
+    @property
+    def options(self) -> Any:
+        """torch's ``Backend.Options`` of this group: backend name, timeout, group name, ranks."""
+        options = _C10dBackend.Options("hcclpy", timedelta(seconds=self._timeout))
+        options.group_name = self._group_name
+        options.global_ranks_in_group = list(self._global_ranks)
+        return options
+
+    # Features torch asks a backend about: none of them is offered (a split goes through
+    # new_group, coalescing through the *_coalesced operations, tensors are torch's own).
+    supports_splitting = False
+    supports_coalescing = False
+    supports_time_estimate = False
+    supports_shrinking = False
+
+    def supports_tensor_alloc(self, device: Any) -> bool:
+        return False
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """Nothing to do: the communicator is formed when the group is created."""
 
     @property
     def communicator(self) -> Communicator:
@@ -294,9 +365,12 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         kind = kinds.pop() if len(kinds) == 1 else None
         description = f"{operation} on process group {self._label!r}"
         if kind == "npu":
-            transport = DeviceTransport(self._comm, npu_stream(self._comm))
-            body(transport)
-            return EventWork(description, outputs, self._timeout, transport.record())
+            try:
+                transport = DeviceTransport(self._comm, npu_stream(self._comm))
+                body(transport)
+                return EventWork(description, outputs, self._timeout, transport.record())
+            except HcclpyError as exc:  # queuing failed: as torch's backends report it
+                raise backend_error(exc, description) from exc
         if kind == "cpu" or not tensors:
             blocking = not getattr(opts, "asyncOp", True)
             return self._executor.submit(lambda: body(self._host), Work(description, outputs, self._timeout),
@@ -458,14 +532,42 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return lambda transport: transport.whole([source], counts[self.rank()], outputs, sum(counts), dtype, launch)
 
     def allgather(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
-        return self.allgather_coalesced(output_lists, inputs, opts)
+        """``dist.all_gather``: ``output_lists[i][r]`` receives rank ``r``'s ``inputs[i]`` (one
+        list of outputs per input tensor: ``[tensor][rank]``)."""
+        operation = "all_gather"
+        inputs = self._tensors(inputs, operation, "input")
+        outputs = [self._tensors(outs, operation, "output list") for outs in self._lists(output_lists, operation)]
+        if len(outputs) != len(inputs):
+            raise ValueError(f"{operation}: one output list per input tensor, got {len(outputs)} output lists for "
+                             f"{len(inputs)} inputs")
+        return self._gather_lists(operation, inputs, outputs, opts)
 
     def allgather_coalesced(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
-        inputs = self._tensors(inputs, "all_gather", "input")
-        outputs = [self._tensors(outs, "all_gather", "output list") for outs in output_lists]
-        bodies = [self._gather_body(inp, outs, "all_gather") for inp, outs in zip(inputs, outputs)]
-        every = inputs + [t for outs in outputs for t in outs]
-        return self._issue("all_gather", every, [t for outs in outputs for t in outs], _all(bodies), opts)
+        """``dist.all_gather_coalesced``: ``output_lists[r][i]`` receives rank ``r``'s
+        ``inputs[i]`` (one list per rank: ``[rank][tensor]``, the transpose of ``allgather``)."""
+        operation = "all_gather_coalesced"
+        inputs = self._tensors(inputs, operation, "input_tensor_list")
+        per_rank = [self._tensors(outs, operation, "output_tensor_lists") for outs in
+                    self._lists(output_lists, operation)]
+        if len(per_rank) != self.size() or any(len(outs) != len(inputs) for outs in per_rank):
+            raise ValueError(f"{operation}: output_tensor_lists must hold {self.size()} lists (one per rank) of "
+                             f"{len(inputs)} tensors (one per input), got lists of {[len(o) for o in per_rank]}")
+        by_input = [[per_rank[r][i] for r in range(self.size())] for i in range(len(inputs))]
+        return self._gather_lists(operation, inputs, by_input, opts)
+
+    @staticmethod
+    def _lists(output_lists: Any, operation: str) -> List[Any]:
+        if not isinstance(output_lists, (list, tuple)):
+            raise TypeError(f"{operation}: the outputs must be a list of lists of tensors, got "
+                            f"{type(output_lists).__name__}")
+        return list(output_lists)
+
+    def _gather_lists(self, operation: str, inputs: List[torch.Tensor], outputs: List[List[torch.Tensor]],
+                      opts: Any) -> Work:
+        """Gather every rank's ``inputs[i]`` into ``outputs[i]`` (one tensor per rank)."""
+        bodies = [self._gather_body(inp, outs, operation) for inp, outs in zip(inputs, outputs)]
+        written = [t for outs in outputs for t in outs]
+        return self._issue(operation, inputs + written, written, _all(bodies), opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         return self.all_gather_single_coalesced([output], [input], opts)
@@ -632,7 +734,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             def body(comm: Communicator) -> None:
                 HostTransport(comm).batch([(*item, 1 - comm.rank)])
         else:
-            ready = DeviceTransport(self._comm, npu_stream(self._comm)).record()  # the tensor's data is there
+            try:
+                ready = DeviceTransport(self._comm, npu_stream(self._comm)).record()  # the tensor's data is there
+            except HcclpyError as exc:
+                raise backend_error(exc) from exc
 
             def body(comm: Communicator) -> None:
                 stream = channel.stream()
@@ -670,8 +775,11 @@ def create(options: Any, pg_options: Any) -> ProcessGroupHcclpy:
     """The backend's creator, called by torch for every group with this process in it."""
     global _world_group
     ranks = list(options.global_ranks_in_group)
-    group = ProcessGroupHcclpy(options.store, options.group_rank, options.group_size, options.timeout,
-                               group_name=str(options.group_id), global_ranks=ranks, pg_options=pg_options)
+    try:
+        group = ProcessGroupHcclpy(options.store, options.group_rank, options.group_size, options.timeout,
+                                   group_name=str(options.group_id), global_ranks=ranks, pg_options=pg_options)
+    except HcclpyError as exc:  # the communicator could not be formed (timeout, library): a backend failure
+        raise backend_error(exc) from exc
     if not ranks:  # the default group
         _world_group = group
     return group

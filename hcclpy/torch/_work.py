@@ -18,13 +18,15 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from ..errors import AclError, AclErrorCode, CommTimeoutError
+from ..errors import AclError, AclErrorCode
+from ._errors import BackendTimeoutError, backend_error, timed_out
 
 
-class BackendTimeoutError(CommTimeoutError, dist.DistBackendError):
-    """An operation of the hcclpy backend ran out of time. It is hcclpy's
-    :class:`~hcclpy.CommTimeoutError` and torch's ``DistBackendError`` (a ``RuntimeError``), so
-    handlers written for torch's own backends catch it too."""
+# The operation itself fails by the group's timeout (the communicator's exec timeout). A wait
+# without a timeout of its own allows it this much longer, so that the failure the operation
+# reports (HCCL's function, code and text) is what wait() raises, rather than a bare timeout of
+# the wait that happened to expire first.
+_OUTCOME_GRACE = 2.0
 
 
 def seconds(timeout: Any, default: float) -> float:
@@ -63,6 +65,8 @@ class Work(dist.Work):
         process group and wait for them, as DDP's communication hooks do. On the executor's
         thread that would wait forever for the thread itself, so there a thread of its own settles
         it."""
+        if error is not None:
+            error = backend_error(error, self._description)  # hcclpy's failures reach torch users as DistBackendError
         with self._lock:
             if self._finished:
                 return
@@ -88,7 +92,7 @@ class Work(dist.Work):
 
     def wait(self, timeout: Any = None) -> bool:
         self._start()
-        limit = seconds(timeout, self._timeout)
+        limit = seconds(timeout, self._timeout + _OUTCOME_GRACE)
         if not self._done.wait(limit):
             raise self._timed_out(limit)
         if self._error is not None:
@@ -100,8 +104,9 @@ class Work(dist.Work):
         return self._done.is_set()
 
     def _timed_out(self, limit: float) -> BackendTimeoutError:
-        return BackendTimeoutError(f"{self._description} did not finish within {limit:g} s (the process group's "
-                                   "timeout, or the one given to wait)")
+        return BackendTimeoutError(f"{self._description}: " + timed_out(
+            f"not finished within {limit:g} s: the timeout given to wait, or else the process group's timeout and "
+            f"{_OUTCOME_GRACE:g} s for the operation to report its own failure"))
 
     def is_success(self) -> bool:
         return self._done.is_set() and self._error is None
@@ -162,7 +167,7 @@ class EventWork(Work):
 
     def wait(self, timeout: Any = None) -> bool:
         if not self._finished:
-            self._settle_from_event(seconds(timeout, self._timeout))
+            self._settle_from_event(seconds(timeout, self._timeout + _OUTCOME_GRACE))
         return super().wait(timeout)
 
     def is_completed(self) -> bool:
