@@ -8,6 +8,7 @@ import socket
 from datetime import timedelta
 from typing import Any, Dict, List
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -270,6 +271,37 @@ def test_async_work_overlaps_with_the_caller(tmp_path: Any) -> None:
     assert first == {"pending": True, "short_wait": "timed out: BackendTimeoutError, True", "computed": 64.0 ** 3, "finished": True,
                      "result": 3.0, "completed": True}
     assert second == {"result": 3.0}
+
+
+def _small_after_queued(rank: int, size: int, info: bytes, directory: str) -> List[float]:
+    # A small blocking all-reduce takes a short path of its own, but only when nothing of the
+    # group is queued: behind queued operations it waits its turn, in the same order on every
+    # rank (HCCL pairs the ranks' calls by their order).
+    tr.init(rank, size, directory)
+    try:
+        out = []
+        for _ in range(5):
+            large = torch.full((1 << 20,), float(rank + 1))
+            works = [dist.all_reduce(large, async_op=True), dist.all_reduce(large[:4], async_op=True)]
+            small = torch.full((2,), 10.0 * (rank + 1))
+            dist.all_reduce(small, op=dist.ReduceOp.MAX)
+            for work in works:
+                work.wait()
+            out += [small[0].item(), large[0].item(), large[-1].item()]
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_a_small_blocking_all_reduce_waits_for_the_queued_ones(tmp_path: Any) -> None:
+    size = 2
+    once = np.sum([np.full(1 << 20, float(r + 1)) for r in range(size)], axis=0)
+    twice = once.copy()
+    twice[:4] = np.sum([once[:4]] * size, axis=0)  # the first 4 elements are all-reduced again
+    small = np.max([np.full(2, 10.0 * (r + 1)) for r in range(size)], axis=0)
+    want = [float(small[0]), float(twice[0]), float(twice[-1])] * 5
+    assert ranks.run_processes(_small_after_queued, size, str(tmp_path), timeout=90) == [want, want]
 
 
 def _futures(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:

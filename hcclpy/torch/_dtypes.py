@@ -28,6 +28,7 @@ _HCCL_TYPES = {
 _WIDENED = (torch.bool, torch.uint8)
 _REDUCED_NAMES = ", ".join(str(t).replace("torch.", "") for t in _HCCL_TYPES if t not in _WIDENED)
 
+_REDUCE_OP = dist.ReduceOp
 _RED = dist.ReduceOp.RedOpType
 _DIRECT = {_RED.SUM: ReduceOp.SUM, _RED.PRODUCT: ReduceOp.PROD, _RED.MAX: ReduceOp.MAX, _RED.MIN: ReduceOp.MIN,
            _RED.AVG: ReduceOp.SUM, _RED.PREMUL_SUM: ReduceOp.SUM}
@@ -64,16 +65,24 @@ def reduction(reduce_op: Any, tensor_dtype: torch.dtype, operation: str) -> Redu
         For what HCCL cannot do: bitwise reductions, AVG and PREMUL_SUM on integers or bool,
         and tensor types HCCL does not reduce.
     """
-    kind = reduce_op.op if type(reduce_op) is dist.ReduceOp else reduce_op  # or a bare RedOpType
-    if kind != _RED.PREMUL_SUM:  # the plan depends on the op and dtype only
-        plan = _plans.get((kind, tensor_dtype))
-        if plan is None:
-            plan = _plans[(kind, tensor_dtype)] = _plan(reduce_op, kind, tensor_dtype, operation)
-        return plan
-    return _plan(reduce_op, kind, tensor_dtype, operation)
+    # The common call: a plan made before, found by the ReduceOp (or bare RedOpType) it was made
+    # for. Both hash by the reduction's type; keys of the caller's own kind keep the look-up to
+    # like comparisons (a ReduceOp compared with a RedOpType costs microseconds).
+    wrapped = type(reduce_op) is _REDUCE_OP
+    plans = _plans if wrapped else _plans_by_type
+    plan = plans.get((reduce_op, tensor_dtype))
+    if plan is None:
+        kind = reduce_op.op if wrapped else reduce_op
+        plan = _plan(reduce_op, kind, tensor_dtype, operation)
+        if kind != _RED.PREMUL_SUM:  # its factor belongs to the call; the other plans depend on op and dtype only
+            plans[(reduce_op, tensor_dtype)] = plan
+    return plan
 
 
+# Plans by (ReduceOp, dtype) and by (RedOpType, dtype): a few dozen entries at most (every
+# reduction of every dtype), made once each.
 _plans: Dict[Tuple[Any, torch.dtype], Reduction] = {}
+_plans_by_type: Dict[Tuple[Any, torch.dtype], Reduction] = {}
 
 
 def _plan(reduce_op: Any, kind: Any, tensor_dtype: torch.dtype, operation: str) -> Reduction:

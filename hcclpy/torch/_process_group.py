@@ -30,7 +30,9 @@ from ._dtypes import Reduction, movement, reduction
 from ._errors import backend_error
 from ._p2p import Channel, p2p_config
 from ._transport import DeviceTransport, HostTransport, in_memory_order, npu_stream
-from ._work import EventWork, Executor, Work
+from ._small import LIMIT as SMALL_LIMIT
+from ._small import SmallAllReduce
+from ._work import Done, EventWork, Executor, Work
 
 log = logging.getLogger("hcclpy.torch")
 
@@ -190,6 +192,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         # device, so a group given its own device gets its own root info.
         self._comm = self._connect(list(global_ranks), may_split=device is None)
         self._host = HostTransport(self._comm)
+        self._small = SmallAllReduce(self._comm)
         self._executor = Executor(f"pg{group_name}")
         self._channels: Dict[Tuple[int, int, int], Channel] = {}
         self._channels_lock = threading.Lock()
@@ -309,6 +312,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         for channel in channels:
             channel.close(_DRAIN_ON_SHUTDOWN)
         self._comm.destroy()
+        self._small.close()
         log.info("process group %r destroyed", self._label)
 
     def abort(self) -> None:
@@ -413,6 +417,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Work:
         opts = opts or dist.AllreduceOptions()
+        if not opts.asyncOp and type(tensors) is list and len(tensors) == 1:
+            done = self._small_allreduce(tensors[0], opts.reduceOp)
+            if done is not None:
+                return done
         tensors = self._tensors(tensors, "allreduce", "tensors")
         plans = [reduction(opts.reduceOp, t.dtype, "allreduce") for t in tensors]
 
@@ -420,6 +428,30 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             for tensor, plan in zip(tensors, plans):
                 self._reduce(transport, tensor, plan, None)
         return self._issue("allreduce", tensors, tensors, body, opts)
+
+    def _small_allreduce(self, tensor: Any, reduce_op: Any) -> Optional[Any]:
+        """A blocking all-reduce of one small dense CPU tensor by a reduction HCCL runs as it is,
+        on the short path (:mod:`._small`), when the group has nothing else running or queued;
+        None when it does not qualify (the general path then runs it, with the same result)."""
+        if not (isinstance(tensor, torch.Tensor) and _device_type(tensor) == "cpu" and tensor.layout == torch.strided
+                and tensor.is_contiguous() and 0 < tensor.nbytes <= SMALL_LIMIT
+                and not tensor.is_conj() and not tensor.is_neg()):
+            return None
+        plan = reduction(reduce_op, tensor.dtype, "allreduce")
+        if plan.widen is not None or plan.divide or plan.factor is not None or plan.unit != 1:
+            return None
+        self._check_open()
+        if not self._executor.claim():
+            return None
+        try:
+            self._small.run(tensor.data_ptr(), tensor.nbytes, tensor.numel(), plan.dtype, plan.op)
+        except Exception as exc:  # the operation's failure, raised by wait() as on the general path
+            failed = Work(f"allreduce on process group {self._label!r}", [tensor], self._timeout)
+            failed.finish(exc)
+            return failed
+        finally:
+            self._executor.release()
+        return Done([tensor])
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Work:
         return self.allreduce(tensors, opts or dist.AllreduceCoalescedOptions())

@@ -197,11 +197,37 @@ def _settle(future: Future, outputs: List[torch.Tensor], error: Optional[BaseExc
         future.set_exception(error)
 
 
-def completed(description: str, outputs: List[torch.Tensor]) -> Work:
-    """A Work that is already done (operations with nothing to wait for)."""
-    work = Work(description, outputs, 0.0)
-    work.finish()
-    return work
+class Done(dist.Work):
+    """The Work of an operation that succeeded before it was returned (a blocking call on the
+    short path): nothing to wait for, so none of :class:`Work`'s events and locks, which would
+    cost more than the operation."""
+
+    def __init__(self, outputs: List[torch.Tensor]) -> None:
+        super().__init__()
+        self._outputs = outputs
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Optional[BaseException]:
+        return None
+
+    def result(self) -> List[torch.Tensor]:
+        return self._outputs
+
+    def get_future(self) -> Future:
+        future: Future = Future()
+        future.set_result(self._outputs)
+        return future
+
+    def __repr__(self) -> str:
+        return "<hcclpy.torch.Work (done)>"
 
 
 _executor_thread = threading.local()  # running: this thread is an executor's (see Work.finish)
@@ -217,6 +243,7 @@ class Executor:
         self._ready = threading.Condition(self._lock)
         self._queue: Deque[Tuple[Callable[[], None], Work]] = collections.deque()
         self._busy = False  # a task is running (here or in the caller's thread)
+        self._waiting = 0  # threads waiting on _ready: a release with none to wake skips notify_all
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
@@ -236,11 +263,7 @@ class Executor:
             try:
                 _run(task, work)
             finally:
-                with self._lock:
-                    self._busy = False
-                    if self._queue:  # queued by other threads meanwhile
-                        self._start_thread()
-                    self._ready.notify_all()
+                self.release()
         return work
 
     def _start_thread(self) -> None:
@@ -255,7 +278,9 @@ class Executor:
                 while self._busy or not self._queue:
                     if self._closed and not self._queue:
                         return
+                    self._waiting += 1
                     self._ready.wait(1.0)
+                    self._waiting -= 1
                 task, work = self._queue.popleft()
                 self._busy = True
             try:
@@ -265,10 +290,31 @@ class Executor:
                     self._busy = False
                     self._ready.notify_all()
 
+    def claim(self) -> bool:
+        """Take the executor for a task the caller runs itself, if nothing runs or waits (False
+        otherwise: the task must be submitted, to keep the order); :meth:`release` gives it back."""
+        with self._lock:
+            if self._busy or self._queue or self._closed:
+                return False
+            self._busy = True
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._busy = False
+            if self._queue:  # queued by other threads meanwhile
+                self._start_thread()
+            if self._waiting:
+                self._ready.notify_all()
+
     def drain(self, timeout: float) -> bool:
         """Wait until every submitted task has run; False if ``timeout`` seconds passed first."""
         with self._lock:
-            return self._ready.wait_for(lambda: not self._busy and not self._queue, timeout)
+            self._waiting += 1
+            try:
+                return self._ready.wait_for(lambda: not self._busy and not self._queue, timeout)
+            finally:
+                self._waiting -= 1
 
     def close(self, timeout: float) -> None:
         """Run what is queued (for at most ``timeout`` seconds), then stop the thread."""

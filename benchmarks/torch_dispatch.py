@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""``dist.all_reduce`` of 8 bytes on the "hcclpy" backend against torch's own dispatch floor.
+
+A call of ``dist.all_reduce`` costs torch's Python layer (argument checks, the group lookup, the
+logging wrapper, the options object) plus the backend's work. The floor is the same call on a
+registered backend that does nothing: ``Noop``, a process group whose ``allreduce`` returns a Work
+that is already complete, registered through ``Backend.register_backend`` exactly as the hcclpy
+backend is (torch 2.13 lets Python define a backend only as a ProcessGroup subclass, which torch
+uses as the group itself). The difference is what hcclpy adds: its argument checks, the staging of
+the CPU tensor through device memory, the HCCL call and the wait for the peer.
+
+Two ranks (spawned processes) each create the hcclpy default group and a ``Noop`` group of the
+same ranks (through a file store), then time ``dist.all_reduce(t, group=g)`` on a float64 tensor of
+one element, ``calls`` calls per round, the two groups alternating round by round; a gloo barrier
+precedes each round. The per-call time of each is the median over rounds, then the maximum over
+ranks. The target: hcclpy <= floor + 5 us. Nothing is asserted: this is a benchmark, not a test.
+
+    python benchmarks/torch_dispatch.py
+    python benchmarks/torch_dispatch.py --calls 20000 --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+TARGET_OVER_FLOOR_US = 5.0
+NOOP = "hcclpy_bench_noop"
+
+
+def _register_noop() -> None:
+    """Register the do-nothing backend (once per process)."""
+    import torch.distributed as dist
+    from torch.futures import Future
+
+    if NOOP in dist.Backend.backend_list:
+        return
+
+    class Done(dist.Work):
+        """A Work that is complete when made."""
+
+        def __init__(self, outputs: List[Any]) -> None:
+            super().__init__()
+            self._outputs = outputs
+
+        def wait(self, timeout: Any = None) -> bool:
+            return True
+
+        def is_completed(self) -> bool:
+            return True
+
+        def get_future(self) -> Future:
+            future: Future = Future()
+            future.set_result(self._outputs)
+            return future
+
+    class Noop(dist.ProcessGroup):
+        """All-reduce that does nothing; the floor of torch's dispatch for a Python backend."""
+
+        def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
+            return Done(tensors)
+
+        def getBackendName(self) -> str:
+            return NOOP
+
+    def create(options: Any, pg_options: Any) -> Noop:
+        return Noop(options.group_rank, options.group_size)
+
+    dist.Backend.register_backend(NOOP, create, extended_api=True, devices=["cpu"])
+
+
+def _rank(rank: int, size: int, store_path: str, calls: int, rounds: int, results: Any) -> None:
+    """One rank: time both groups, send back this rank's medians (seconds per call)."""
+    import warnings
+
+    warnings.simplefilter("ignore")  # the simulator fallback notice
+    import torch
+    import torch.distributed as dist
+
+    import hcclpy.torch  # noqa: F401  (registers "hcclpy")
+
+    try:
+        _register_noop()
+        dist.init_process_group("hcclpy", init_method=f"file://{store_path}", rank=rank, world_size=size,
+                                timeout=timedelta(seconds=120))
+        groups = {"hcclpy": dist.group.WORLD, "floor": dist.new_group(backend=NOOP)}
+        gloo = dist.new_group(backend="gloo")
+        tensor = torch.ones(1, dtype=torch.float64)  # 8 bytes
+        for group in groups.values():  # warm-up: staging buffers, caches, lazy imports
+            for _ in range(max(100, calls // 10)):
+                dist.all_reduce(tensor, group=group)
+        times: Dict[str, List[float]] = {name: [] for name in groups}
+        for round_ in range(rounds):
+            order = list(groups) if round_ % 2 == 0 else list(reversed(groups))
+            for name in order:
+                group = groups[name]
+                tensor.fill_(1.0)
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    dist.all_reduce(tensor, group=group)
+                times[name].append((time.perf_counter() - start) / calls)
+        # One check that the timed hcclpy calls were real all-reduces: the sum of ones over ranks.
+        check = torch.ones(1, dtype=torch.float64)
+        dist.all_reduce(check)
+        results.put((rank, {"hcclpy": statistics.median(times["hcclpy"]), "floor": statistics.median(times["floor"]),
+                            "sum": check.item()}))
+        dist.destroy_process_group()
+    except BaseException as exc:  # reported by the parent, which would otherwise wait for nothing
+        results.put((rank, {"error": f"{type(exc).__name__}: {exc}"}))
+        raise
+
+
+def measure(ranks: int = 2, calls: int = 5000, rounds: int = 7, timeout: float = 300.0) -> Dict[str, Any]:
+    """Time 8-byte ``dist.all_reduce`` on hcclpy and on the do-nothing backend, ``ranks`` processes.
+
+    Returns
+    -------
+    dict
+        ``hcclpy_us`` and ``floor_us`` (per call: median over rounds, maximum over ranks),
+        ``over_floor_us`` (their difference), ``target_us`` (5) and ``target_met``, and the
+        parameters.
+
+    Raises
+    ------
+    RuntimeError
+        When a rank fails, or the ranks do not finish within ``timeout`` seconds.
+    """
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    with tempfile.TemporaryDirectory(prefix="hcclpy-torch-dispatch-") as directory:
+        store = os.path.join(directory, "store")
+        processes = [context.Process(target=_rank, args=(r, ranks, store, calls, rounds, results), daemon=True)
+                     for r in range(ranks)]
+        for process in processes:
+            process.start()
+        found: Dict[int, Dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while len(found) < ranks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"the ranks did not finish within {timeout:g} s")
+                try:
+                    rank, outcome = results.get(timeout=min(left, 1.0))
+                except queue.Empty:
+                    dead = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0) and r not in found]
+                    if dead:
+                        raise RuntimeError(f"rank(s) {dead} exited with codes {[processes[r].exitcode for r in dead]}")
+                    continue
+                if "error" in outcome:
+                    raise RuntimeError(f"rank {rank} failed: {outcome['error']}")
+                found[rank] = outcome
+        finally:
+            for process in processes:
+                process.join(10.0)
+                if process.is_alive():
+                    process.terminate()
+    hcclpy_us = max(o["hcclpy"] for o in found.values()) * 1e6
+    floor_us = max(o["floor"] for o in found.values()) * 1e6
+    return {"ranks": ranks, "calls": calls, "rounds": rounds, "hcclpy_us": hcclpy_us, "floor_us": floor_us,
+            "over_floor_us": hcclpy_us - floor_us, "target_us": TARGET_OVER_FLOOR_US,
+            "target_met": hcclpy_us - floor_us <= TARGET_OVER_FLOOR_US,
+            "sums_right": all(o["sum"] == float(ranks) for o in found.values())}
+
+
+def report(result: Dict[str, Any]) -> str:
+    lines = [
+        f"# dist.all_reduce of 8 bytes (float64, sum), CPU tensor, {result['ranks']} ranks (processes); "
+        f"{result['calls']} calls a round, median of {result['rounds']} rounds, max over ranks",
+        f"hcclpy backend          {result['hcclpy_us']:8.2f} us/call",
+        f"do-nothing backend      {result['floor_us']:8.2f} us/call   (torch's dispatch floor)",
+        f"hcclpy over the floor   {result['over_floor_us']:8.2f} us/call",
+        f"# target: hcclpy <= floor + {result['target_us']:g} us: {'met' if result['target_met'] else 'NOT met'}",
+    ]
+    if not result["sums_right"]:
+        lines.append("# WRONG: the all-reduce after the timed loops did not sum the ranks' ones")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
+    parser.add_argument("--calls", type=int, default=5000, help="calls per round, default 5000")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per backend (median), default 7")
+    parser.add_argument("--timeout", type=float, default=300.0, help="stop the ranks after this many seconds")
+    args = parser.parse_args(argv)
+    if args.ranks < 2 or args.calls < 1 or args.rounds < 1:
+        parser.error(f"--ranks must be 2 or more, --calls and --rounds 1 or more; got {args.ranks}, {args.calls}, "
+                     f"{args.rounds}")
+    print(report(measure(args.ranks, args.calls, args.rounds, args.timeout)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
