@@ -55,6 +55,11 @@ class Reduction(NamedTuple):
     factor: Any                   # PREMUL_SUM: multiply the input by this first (a number or a tensor)
     unit: int = 1                 # elements of ``dtype`` per tensor element: 2 for complex (real, imaginary)
 
+    @property
+    def as_is(self) -> bool:
+        """HCCL reduces the tensor's own memory: no widened copy, no pre-division or factor."""
+        return self.widen is None and not self.divide and self.factor is None and self.unit == 1
+
 
 def reduction(reduce_op: Any, tensor_dtype: torch.dtype, operation: str) -> Reduction:
     """Plan ``reduce_op`` (a ``dist.ReduceOp``) on tensors of ``tensor_dtype``.

@@ -416,7 +416,8 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._reduction_output(tensor, work, plan)
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Work:
-        opts = opts or dist.AllreduceOptions()
+        if opts is None:
+            opts = dist.AllreduceOptions()
         if not opts.asyncOp and type(tensors) is list and len(tensors) == 1:
             done = self._small_allreduce(tensors[0], opts.reduceOp)
             if done is not None:
@@ -438,7 +439,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
                 and not tensor.is_conj() and not tensor.is_neg()):
             return None
         plan = reduction(reduce_op, tensor.dtype, "allreduce")
-        if plan.widen is not None or plan.divide or plan.factor is not None or plan.unit != 1:
+        if not plan.as_is:
             return None
         self._check_open()
         if not self._executor.claim():
