@@ -157,7 +157,7 @@ def _hcclpy_rank(args: argparse.Namespace) -> Dict[str, Any]:
                 "all_reduce": lambda: comm.all_reduce(hs, out=hr),
                 "all_gather": lambda: comm.all_gather(hs, out=hr.reshape(n, -1)),
                 "reduce_scatter": lambda: comm.reduce_scatter(hs, out=hr),
-                "broadcast": lambda: comm.broadcast(hs, 0, out=hr),
+                "broadcast": lambda: comm.broadcast(hr, 0),
                 "all_to_all": lambda: comm.all_to_all(hs, out=hr)}[operation]
             calls = [device_call, host_call] + ([_mpi_call(world, operation, hs, hr)] if world is not None else [])
             for stack, seconds in zip(out, _time(calls, barrier, most, args.budget, args.rounds)):

@@ -9,14 +9,17 @@ in the same run and interleaved round by round:
   calls (warm-up) grow the communicator's staging buffers; the timed calls are the steady state.
 * ``device``: ``comm.all_reduce(dev_a, dev_b, stream=s); s.synchronize()``: device arrays, the
   same blocking pattern, so both columns are "time until the result is usable".
-* ``copies``: the array copied into a device buffer and back out, chunk by chunk as hcclpy stages
-  it (``chunk.copy_from(part); chunk.copy_to(out_part)``), with no collective at all: what any
-  staging of host arrays must spend on top of the collective, so a floor under ``numpy``.
+* ``copy in`` and ``copy out``: the array copied into a device array of its size
+  (``scratch.copy_from(array)``), and back out (``scratch.copy_to(out)``), each timed alone: what
+  any staging of host arrays must spend on top of the collective.
+
+The floor is copy in + device + copy out, each measured alone in the same run; the NumPy path
+stages whole arrays (one copy in, the device operation, one copy out), so its target is
+numpy <= 1.1 x the floor at 64 MiB (issue 28).
 
 Each round is a loop of ``iters`` calls between two barriers, timed with ``time.perf_counter``;
 the per-call time of a size is the median over ``--rounds`` rounds, then the maximum over ranks
-(the slowest rank decides when a collective is done). The ratio is numpy / device; the target
-for 64 MiB is ≤ 1.5×. Nothing is asserted: this is a benchmark, not a test. Before and after the
+(the slowest rank decides when a collective is done). Nothing is asserted: this is a benchmark, not a test. Before and after the
 sweep the script prints whether the two vCPUs ran as two cores or as hyperthreads of one
 (``machine.py``).
 
@@ -42,7 +45,7 @@ import machine  # noqa: E402  (a sibling module)
 from hcclpy._units import format_bytes as human  # noqa: E402  (8 B, 4 KiB, 64 MiB)
 from hcclpy.cli._numbers import byte_size  # noqa: E402  (sizes as the CLI takes them: 8, 64K, 2M)
 
-TARGET_RATIO = 1.5  # numpy path / device path at the largest size (project issue)
+TARGET_RATIO = 1.1  # numpy path / (copy in + device + copy out) at the largest size (issue 28)
 
 
 def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str, compared: str) -> argparse.Namespace:
@@ -107,45 +110,31 @@ def rank_main(args: argparse.Namespace) -> None:
         out = np.empty_like(host)
         dev_a = hcclpy.from_numpy(host, device=comm.device)
         dev_b = hcclpy.empty(count, "float32", device=comm.device)
-        step = min(count, hcclpy.host.CHUNK_BYTES // 4)
-        chunk, copied = hcclpy.empty(step, "float32", device=comm.device), np.empty_like(host)
-
-        def copies() -> None:
-            for start in range(0, count, step):
-                part = chunk if count - start >= step else chunk[: count - start]
-                part.copy_from(host[start:start + step])
-                part.copy_to(copied[start:start + step])
-
+        scratch, copied = hcclpy.empty(count, "float32", device=comm.device), np.empty_like(host)
         for _ in range(max(2, iters // 10)):  # warm-up: staging buffers, page faults, caches
-            comm.all_reduce(host, out=out)
+            comm.all_reduce(host, out)
             comm.all_reduce(dev_a, dev_b, stream=stream)
             stream.synchronize()
-            copies()
-        times = {"numpy": [], "device": [], "copies": []}
+            scratch.copy_from(host)
+            scratch.copy_to(copied)
+        loops = {"numpy": lambda: comm.all_reduce(host, out),
+                 "device": lambda: (comm.all_reduce(dev_a, dev_b, stream=stream), stream.synchronize()),
+                 "copy in": lambda: scratch.copy_from(host), "copy out": lambda: scratch.copy_to(copied)}
+        times: dict = {path: [] for path in loops}
         for _ in range(args.rounds):
-            barrier()
-            start = time.perf_counter()
-            for _ in range(iters):
-                comm.all_reduce(host, out=out)
-            times["numpy"].append((time.perf_counter() - start) / iters)
-            barrier()
-            start = time.perf_counter()
-            for _ in range(iters):
-                comm.all_reduce(dev_a, dev_b, stream=stream)
-                stream.synchronize()
-            times["device"].append((time.perf_counter() - start) / iters)
-            barrier()
-            start = time.perf_counter()
-            for _ in range(iters):
-                copies()
-            times["copies"].append((time.perf_counter() - start) / iters)
+            for path, call in loops.items():
+                barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    call()
+                times[path].append((time.perf_counter() - start) / iters)
         expected = size * (size + 1) / 2
         wrong += int(np.count_nonzero(out != expected)) + int(np.count_nonzero(dev_b.to_numpy() != expected))
         wrong += int(np.count_nonzero(copied != host))
-        mine = np.array([statistics.median(times[path]) for path in ("numpy", "device", "copies")])
+        mine = np.array([statistics.median(times[path]) for path in loops])
         slowest = comm.all_reduce(mine, op="max")
         rows.append((nbytes, count, iters, *slowest))
-        for array in (dev_a, dev_b, chunk):
+        for array in (dev_a, dev_b, scratch):
             array.close()
     wrong = int(comm.all_reduce(np.array([wrong], dtype=np.int64))[0])
     if rank == 0:
@@ -156,26 +145,31 @@ def rank_main(args: argparse.Namespace) -> None:
 
 def report(rows: list, wrong: int, size: int, args: argparse.Namespace) -> None:
     print(f"# all_reduce float32 sum, {size} ranks (processes), hcclpy backend: {__import__('hcclpy').backend()}")
-    print(f"# per-call time: median of {args.rounds} rounds, max over ranks; ratio = numpy / device; "
-          "copies: the staging copies alone, no collective")
+    print(f"# per-call time: median of {args.rounds} rounds, max over ranks; floor = copy in + device + copy out, "
+          "each timed alone; ratio = numpy / floor")
+    header = ["size", "count", "calls", "numpy ms", "device ms", "copy in ms", "copy out ms", "floor ms", "ratio"]
+    lines = []
+    for nbytes, count, iters, t_np, t_dev, t_in, t_out in rows:
+        floor = t_in + t_dev + t_out
+        lines.append([human(nbytes), str(count), str(iters)] + [f"{t * 1e3:.4f}" for t in (t_np, t_dev, t_in, t_out,
+                                                                                          floor)]
+                     + [f"{t_np / floor:.2f}"])
     if args.markdown:
-        print("| size | count | calls/round | numpy (ms) | device (ms) | ratio | copies (ms) | copies / device |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for nbytes, count, iters, t_np, t_dev, t_copy in rows:
-            print(f"| {human(nbytes)} | {count} | {iters} | {t_np * 1e3:.4f} | {t_dev * 1e3:.4f} | "
-                  f"{t_np / t_dev:.2f} | {t_copy * 1e3:.4f} | {t_copy / t_dev:.2f} |")
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---:|" * len(header))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
     else:
-        print(f"{'size':>10} {'count':>10} {'calls':>6} {'numpy ms':>11} {'device ms':>11} {'ratio':>7} "
-              f"{'copies ms':>11} {'copies/dev':>10}")
-        for nbytes, count, iters, t_np, t_dev, t_copy in rows:
-            print(f"{human(nbytes):>10} {count:>10} {iters:>6} {t_np * 1e3:>11.4f} {t_dev * 1e3:>11.4f} "
-                  f"{t_np / t_dev:>7.2f} {t_copy * 1e3:>11.4f} {t_copy / t_dev:>10.2f}")
-    nbytes, _, _, t_np, t_dev, t_copy = rows[-1]
-    ratio = t_np / t_dev
+        print(" ".join(f"{h:>11}" for h in header))
+        for line in lines:
+            print(" ".join(f"{cell:>11}" for cell in line))
+    nbytes, _, _, t_np, t_dev, t_in, t_out = rows[-1]
+    floor = t_in + t_dev + t_out
+    ratio = t_np / floor
     verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
-    print(f"# {human(nbytes)}: numpy {t_np * 1e3:.2f} ms, device {t_dev * 1e3:.2f} ms, ratio {ratio:.2f}x "
-          f"(target <= {TARGET_RATIO}x: {verdict}); the staging copies alone {t_copy * 1e3:.2f} ms, "
-          f"{t_copy / t_dev:.2f}x the device path")
+    print(f"# {human(nbytes)}: numpy {t_np * 1e3:.2f} ms, floor {floor * 1e3:.2f} ms (copy in {t_in * 1e3:.2f} + "
+          f"device {t_dev * 1e3:.2f} + copy out {t_out * 1e3:.2f}), ratio {ratio:.2f}x (target <= {TARGET_RATIO}x: "
+          f"{verdict}); numpy / device {t_np / t_dev:.2f}x")
     print(f"# wrong elements (all ranks, last round of each size): {wrong}")
 
 

@@ -24,14 +24,14 @@ from typing import Any, Dict, List
 
 from . import errors, trace
 from .bootstrap import init, shutdown
-from .collectives import group
+from .collectives import BufferLike, PersistentOp, group
 from .communicator import Communicator
 from .config import CommConfig
 from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError,
                      LibraryNotFoundError, RemoteRankError, SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
 from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, from_numpy, pinned_empty, zeros
-from .types import DataType, ReduceOp
+from .types import DataType, OpLike, ReduceOp
 
 __version__ = "0.1.0"
 
@@ -40,9 +40,9 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "AclError", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
+    "AclError", "BufferLike", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
     "DeviceArray", "Event",
-    "HcclError", "HcclpyError", "LibraryNotFoundError", "ReduceOp", "RemoteRankError", "RootInfo",
+    "HcclError", "HcclpyError", "LibraryNotFoundError", "OpLike", "PersistentOp", "ReduceOp", "RemoteRankError", "RootInfo",
     "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
     "library_info", "pinned_empty", "shutdown", "trace", "zeros",
 ]

@@ -35,8 +35,7 @@ class CommCore:
     """A live ``HcclComm``: ``rank``, ``size``, ``device`` and the handle the C calls take."""
 
     __slots__ = ("__weakref__", "_handle", "_api", "_profile", "_rank", "_size", "_device", "_device_id", "_name",
-                 "_closed_by", "_closing", "_host_state", "_default_stream", "_vector_cache", "_packed_cache", "_layouts",
-                 "_layout_memo", "_batch_items", "_batch_memo", "_batch_seen", "_trace_info", "_trace_seq",
+                 "_closed_by", "_closing", "_aborted", "_host_state", "_default_stream", "_trace_info", "_trace_seq",
                  "_trace_p2p")
 
     def _bind(self, handle: Any, rank: int, size: int, device: Device, name: str) -> None:
@@ -49,25 +48,16 @@ class CommCore:
         self._device_id = device.id
         self._name = name
         self._closed_by = ""
-        self._closing = False  # destroy() has begun: no new NumPy call may start (hcclpy.host)
-        self._host_state: Any = None  # staging for NumPy arrays, created on first use (hcclpy.host)
+        self._closing = False  # destroy() has begun: no new NumPy call may start (collectives._staging)
+        self._aborted = False  # abort() stopped it: operations are refused until it is destroyed
+        self._host_state: Any = None  # staging for NumPy arrays, created on first use (collectives._staging)
         self._default_stream: Any = None  # the device's default stream, looked up on first use
-        self._vector_cache: Dict[Any, Any] = {}  # count vectors already checked and converted to C
-        self._packed_cache: Dict[Any, Any] = {}  # packed displacements of those counts
         # What the flight recorder stores of this communicator (its name, rank, size and which
         # communicator of that name it is; 0 until it exists), and how it numbers its operations:
         # collectives, which every rank issues in the same order, apart from sends and receives.
         self._trace_info = (name, rank, size, _instance(name, size, rank) if handle is not None else 0)
         self._trace_seq = itertools.count(1)
         self._trace_p2p = itertools.count(1)
-        self._layouts: Dict[Any, Any] = {}  # uneven layouts as callers pass them, checked (the V-ops' fast paths)
-        self._batch_items: Dict[Any, Any] = {}  # C item arrays of send/receive batches, by their values
-        # A batch made again: its items (as weak proxies), its arrays' allocations (weak proxies), its C
-        # array, and [the count of closed arrays when its arrays were last found open].
-        self._batch_memo: tuple = (None, (), None, [-1])
-        self._batch_seen: Any = None  # the C array of the batch converted last
-        # The last send-side, receive-side and matrix layout found there; all None: nothing known yet.
-        self._layout_memo: list = [(None,) * 5, (None,) * 5, (None,) * 3]
 
     @property
     def rank(self) -> int:
@@ -106,5 +96,8 @@ class CommCore:
         return handle
 
     def _refuse_use(self) -> NoReturn:
-        """Raise the ValueError that says the communicator is gone (or not created yet)."""
+        """Raise the ValueError that says the communicator is gone, stopped (or not created yet)."""
+        if self._aborted and self._handle is not None:
+            raise ValueError(f"communicator '{self._name}' was aborted (Communicator.abort()): destroy it and build "
+                             "a new one")
         raise ValueError(f"communicator '{self._name}' was {self._closed_by or 'destroyed'}")

@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _ffi, collectives, host, trace
+from . import _ffi, collectives, trace
+from .collectives import _staging
 from ._comm_core import CommCore
 from .config import CommConfig
 from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, communicator_error
@@ -150,7 +151,7 @@ class Communicator(CommCore):
         missing).
     """
 
-    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_aborted", "_destroying")
+    __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_destroying")
 
     def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
                  device: Optional[DeviceLike] = None) -> None:
@@ -211,7 +212,6 @@ class Communicator(CommCore):
         self._bind(handle, rank, size, device, name)
         self._splits = 0
         self._is_sub = is_sub
-        self._aborted = False
         # Held by the thread destroying the communicator: a second destroyer waits for it (an
         # RLock, so that a signal handler interrupting destroy() on the same thread is told apart).
         self._destroying = threading.RLock()
@@ -528,7 +528,7 @@ class Communicator(CommCore):
             handle = self._handle
             if handle is None:  # destroyed by the thread this one waited for
                 return
-            self._closing = True  # no NumPy call starts from now on (hcclpy.host)
+            self._closing = True  # no NumPy call starts from now on (hcclpy.collectives._staging)
             try:
                 self._release_staging(deadline)
                 self._wait_stream(Device._default_streams.get(self._device_id), deadline)
@@ -543,10 +543,10 @@ class Communicator(CommCore):
         finally:
             lock.release()
         # A NumPy call that began as destroy did may have made a new staging after the first release.
-        host.release(self, timeout=0)
+        _staging.release(self, timeout=0)
 
     def _release_staging(self, deadline: Optional[float]) -> None:
-        """Give back the NumPy staging (hcclpy.host) before the handle goes: wait for a NumPy call
+        """Give back the NumPy staging (hcclpy.collectives._staging) before the handle goes: wait for a NumPy call
         on another thread until ``deadline``, then abort it; a NumPy call on this thread (that a
         signal handler calling destroy interrupted) closes the staging itself when it ends, and its
         queued work is waited for as the default stream's is."""
@@ -557,8 +557,8 @@ class Communicator(CommCore):
             # instead, in slices, until the deadline; then abort it.
             if not self._wait_stream(staging.stream, deadline) and not self._aborted:
                 self._abort_for_destroy()
-        staging = host._detach(self)
-        if staging is None or host._close(staging, _remaining(deadline)):
+        staging = _staging.detach(self)
+        if staging is None or _staging.close(staging, _remaining(deadline)):
             return
         if staging.lock._is_owned():
             self._wait_stream(staging.stream, deadline)
@@ -566,7 +566,7 @@ class Communicator(CommCore):
             # The call outlasted the timeout: an abort fails its operation at once, and it lets go.
             if not self._aborted:
                 self._abort_for_destroy()
-            host._close(staging, _ABORT_GRACE)
+            _staging.close(staging, _ABORT_GRACE)
 
     def _wait_stream(self, stream: Any, deadline: Optional[float]) -> bool:
         """Wait for ``stream`` (a stream or None) until ``deadline`` (None: as long as it takes);
@@ -629,8 +629,9 @@ class Communicator(CommCore):
 
     # ------------------------------------------------------------------------- operations
     #
-    # The functions of hcclpy.collectives, as methods: device buffers are queued on ``stream``;
-    # NumPy arrays are staged by hcclpy.host (blocking, returning arrays).
+    # The functions of hcclpy.collectives, as methods (each defined once there): device buffers
+    # are queued on ``stream``; NumPy arrays are staged through the device, blocking. Each has a
+    # persistent twin, ``*_init``, that checks the call once and returns a PersistentOp.
 
     all_reduce = collectives.all_reduce
     broadcast = collectives.broadcast
@@ -647,3 +648,19 @@ class Communicator(CommCore):
     recv = collectives.recv
     batch_send_recv = collectives.batch_send_recv
     barrier = collectives.barrier
+
+    all_reduce_init = collectives.all_reduce_init
+    broadcast_init = collectives.broadcast_init
+    reduce_init = collectives.reduce_init
+    all_gather_init = collectives.all_gather_init
+    all_gather_v_init = collectives.all_gather_v_init
+    reduce_scatter_init = collectives.reduce_scatter_init
+    reduce_scatter_v_init = collectives.reduce_scatter_v_init
+    all_to_all_init = collectives.all_to_all_init
+    all_to_all_v_init = collectives.all_to_all_v_init
+    all_to_all_vc_init = collectives.all_to_all_vc_init
+    scatter_init = collectives.scatter_init
+    send_init = collectives.send_init
+    recv_init = collectives.recv_init
+    batch_send_recv_init = collectives.batch_send_recv_init
+    barrier_init = collectives.barrier_init

@@ -7,11 +7,11 @@ dtypes through :func:`as_datatype`.
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Literal, Optional, Union
 
 import numpy as np
 
-__all__ = ["DataType", "ReduceOp", "as_datatype", "as_reduce_op", "numpy_dtype"]
+__all__ = ["DataType", "OpLike", "ReduceOp", "as_datatype", "as_reduce_op", "numpy_dtype"]
 
 
 class DataType(enum.IntEnum):
@@ -61,6 +61,9 @@ class ReduceOp(enum.IntEnum):
     __str__ = DataType.__str__  # "sum", not "0"
     __format__ = DataType.__format__
 
+
+OpLike = Union[ReduceOp, Literal["sum", "prod", "max", "min"]]
+"""What an ``op`` argument takes, for type checkers: a :class:`ReduceOp` or its name."""
 
 _ITEMSIZE = {
     DataType.INT8: 1, DataType.UINT8: 1, DataType.INT16: 2, DataType.UINT16: 2, DataType.FP16: 2,

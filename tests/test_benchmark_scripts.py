@@ -118,14 +118,21 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
         assert len(row["samples_ns"]) == 2 and all(t > 0 for t in row["samples_ns"]), key
         if key.startswith("hcclpy_"):
             assert data["variants"][row["raw"]]["group"] == row["group"]
-    assert {target["target"].split()[0] for target in data["later_targets"]} == operations - {"all_reduce"}
+    for key, row in data["variants"].items():
+        if key.startswith("persistent_"):  # every operation's PersistentOp.start() too
+            assert row["raw"] == key.replace("persistent_", "raw_", 1)
+    assert {key[len("persistent_"):] for key in data["variants"] if key.startswith("persistent_")} == operations
+    targets = {target["target"] for target in data["targets"]}
+    for operation in operations | {"all_reduce"}:
+        assert f"{operation}: the general path <= raw cffi + 1.5 us" in targets, operation
+        assert f"{operation}: PersistentOp.start() <= raw cffi + 0.3 us" in targets, operation
 
 
 @pytest.mark.timeout(240)
 def test_numpy_vs_device_runs_and_checks_its_results() -> None:
     out = _run("numpy_vs_device.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
     assert "# 64 B: numpy" in out and "ratio" in out and "wrong elements (all ranks, last round of each size): 0" in out
-    assert "the staging copies alone" in out and out.startswith("# before: vCPUs: ") and "# after: vCPUs: " in out
+    assert "copy in + device + copy out" in out and out.startswith("# before: vCPUs: ") and "# after: vCPUs: " in out
 
 
 @pytest.mark.timeout(240)

@@ -824,9 +824,6 @@ def test_uneven_operations_write_only_their_blocks_and_take_out(size: int) -> No
     run(size, _uneven_results_in_place)
 
 
-@pytest.mark.xfail(strict=True, reason="hcclpy bug: staged, the uneven operations copy their whole recv back from "
-                                       "scratch they did not copy in, so the elements of a recv larger than its "
-                                       "blocks get stale scratch (on device they keep their values)")
 @pytest.mark.parametrize("operation", ["reduce_scatter_v", "all_gather_v", "all_to_all_v", "all_to_all_vc"])
 def test_an_output_larger_than_its_blocks_keeps_the_rest_as_on_device(one_rank: Any, operation: str) -> None:
     calls = {"reduce_scatter_v": lambda send, recv: one_rank.reduce_scatter_v(send, recv, send_counts=[2]),
@@ -2048,8 +2045,6 @@ def test_masked_arrays_misplaced_ops_and_overlapping_receives_are_refused_alike_
     run(2, _kind_refusals, timeout=50)
 
 
-@pytest.mark.xfail(strict=True, reason="hcclpy bug: parse() no longer says that a reduce op given where recv goes "
-                                       "is an op (rules.is_reduce_op_name exists for that message but is unused)")
 def test_a_reduce_op_where_recv_goes_is_named_as_one(one_rank: Any) -> None:
     with pytest.raises(TypeError, match=r"recv .*'max'.* names a reduce op.*op='max'"):
         one_rank.all_reduce(np.ones(2), "max")
@@ -2070,16 +2065,10 @@ def _sends_sharing_memory(rank: int, size: int, info: bytes) -> List[str]:
     return me.problems
 
 
-@pytest.mark.xfail(strict=True, reason="hcclpy bug: _staged maps each batch item to scratch by its address, so of "
-                                       "two sends that start at one address the longer is staged on the shorter's "
-                                       "scratch (HCCL_E_PARA in the simulator; read past the scratch on a device)")
 def test_batch_sends_that_start_at_one_address() -> None:
     run(2, _sends_sharing_memory, timeout=50)
 
 
-@pytest.mark.xfail(strict=True, reason="hcclpy bug: rules.same_dtype compares the carriers (HCCL type and scale) "
-                                       "of NumPy arrays, not their dtypes: arrays moved as bytes take an output "
-                                       "of any other dtype of the same item size")
 @pytest.mark.parametrize("send, out", [("bool", "uint8"), ("M8[ms]", "m8[ns]"), ("U2", "S8"), ("i4,i4", "V8")])
 def test_an_output_of_another_dtype_moved_as_bytes_is_refused(one_rank: Any, send: str, out: str) -> None:
     recorder = _CallRecorder(one_rank._api)

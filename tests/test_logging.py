@@ -19,10 +19,14 @@ SCRIPT = textwrap.dedent("""
         comm.send(hcclpy.zeros(4, "float32"), 0)   # refused before C: not logged
     except ValueError:
         pass
+    try:
+        comm.all_reduce((8, 4, "float32"))   # no device memory there: refused in C, logged
+    except hcclpy.HcclError:
+        pass
     comm.abort()
     try:
-        comm.barrier()
-    except hcclpy.HcclError:
+        comm.barrier()   # refused before C: not logged
+    except ValueError:
         pass
     comm.destroy()
 """)
@@ -44,5 +48,5 @@ def test_configured_logging_tells_what_happened() -> None:
     assert any(line.startswith("hcclpy INFO loaded libhccl") for line in lines), lines
     assert any("communicator '" in line and "created: rank 0 of 1" in line for line in lines), lines
     assert any(line.startswith("hcclpy WARNING") and "aborted on rank 0" in line for line in lines), lines
-    assert any(line.startswith("hcclpy DEBUG HcclBarrier failed: HCCL_E_SUSPENDING") for line in lines), lines
+    assert any(line.startswith("hcclpy DEBUG HcclAllReduce failed: HCCL_E_PTR") for line in lines), lines
     assert any("destroyed on rank 0" in line for line in lines), lines

@@ -432,7 +432,6 @@ def _numpy_mismatch(rank: int, size: int, info: bytes, n: int) -> Dict[str, Any]
         comm.destroy(timeout=30)
 
 
-@pytest.mark.xfail(strict=False, reason="numpy path rewrite in progress")
 @pytest.mark.parametrize("n", [40, 1 << 20], ids=["small", "large"])
 @pytest.mark.timeout(120)
 def test_the_numpy_path_raises_the_same_error(n: int) -> None:

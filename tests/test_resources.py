@@ -72,13 +72,13 @@ def _churn(rank: int, size: int, info: bytes, shared: Dict[str, Any], cycles: in
         elif kind == 1:
             comm.broadcast(y, i % size, stream=stream)
         elif kind == 2:
-            comm.all_reduce(host)
+            comm.all_reduce(host.copy())
         else:
             comm.barrier(stream=stream)
         if kind != 2:
             stream.synchronize()
     expected = float(sum(range(size)))
-    assert comm.all_reduce(host).tolist() == [expected] * 4
+    assert comm.all_reduce(host.copy()).tolist() == [expected] * 4
     comm.destroy()
     barrier.wait()
     if rank == 0:
@@ -124,7 +124,7 @@ def _soak(rank: int, size: int, info: bytes, rounds: int) -> int:
         elif kind == 3:
             counts = [(j + rank) % 3 + 1 for j in range(size)]
             recv_counts = [(rank + j) % 3 + 1 for j in range(size)]
-            got = comm.all_to_all_v(np.full(sum(counts), value), counts, recv_counts)
+            got = comm.all_to_all_v(np.full(sum(counts), value), send_counts=counts, recv_counts=recv_counts)
             assert got.tolist() == [float(j + i) for j in range(size) for _ in range(recv_counts[j])]
         elif kind == 4:
             received = np.zeros(16)

@@ -252,8 +252,8 @@ def _allowed_and_refused(rank: int, size: int, info: bytes, name: str) -> List[s
     inputs = [ranks.make_input("profile", r, 2 * size, dtype, op) for r in range(size)]
     total = ranks.reduce_reference(inputs, op, dtype)
     mine = inputs[rank]
-    wrong.append(ranks.mismatch("all_reduce", comm.all_reduce(mine, op=op), total))
-    got = comm.reduce(mine, None, op, 0)
+    wrong.append(ranks.mismatch("all_reduce", comm.all_reduce(mine.copy(), op=op), total))
+    got = comm.reduce(mine.copy(), None, op, 0)
     if rank == 0:
         wrong.append(ranks.mismatch("reduce", got, total))
     wrong.append(ranks.mismatch("reduce_scatter", comm.reduce_scatter(mine, op=op), total[2 * rank:2 * rank + 2]))
@@ -262,24 +262,24 @@ def _allowed_and_refused(rank: int, size: int, info: bytes, name: str) -> List[s
     wrong.append(ranks.mismatch("all_reduce on device", device.to_numpy(stream=comm.device.default_stream), total))
     if profile.allows("reduce_scatter_v", dtype, op):
         counts = [3, 1]
-        wrong.append(ranks.mismatch("reduce_scatter_v", comm.reduce_scatter_v(mine, counts, op=op),
+        wrong.append(ranks.mismatch("reduce_scatter_v", comm.reduce_scatter_v(mine, send_counts=counts, op=op),
                                     total[sum(counts[:rank]):sum(counts[:rank + 1])]))
 
     moved = MOVED[name]
     data = [ranks.make_input("moved", r, 2 * size, moved) for r in range(size)]
     mine = data[rank]
-    wrong.append(ranks.mismatch("broadcast", comm.broadcast(mine, 1), data[1]))
+    wrong.append(ranks.mismatch("broadcast", comm.broadcast(mine.copy(), 1), data[1]))
     wrong.append(ranks.mismatch("all_gather", comm.all_gather(mine), np.stack(data)))
     wrong.append(ranks.mismatch("scatter", comm.scatter(mine, root=0), data[0][2 * rank:2 * rank + 2]))
     wrong.append(ranks.mismatch("all_to_all", comm.all_to_all(mine),
                                 np.concatenate([d[2 * rank:2 * rank + 2] for d in data])))
-    wrong.append(ranks.mismatch("all_to_all_v", comm.all_to_all_v(mine, [2, 2], [2, 2]),
+    wrong.append(ranks.mismatch("all_to_all_v", comm.all_to_all_v(mine, send_counts=[2, 2], recv_counts=[2, 2]),
                                 np.concatenate([d[2 * rank:2 * rank + 2] for d in data])))
     if profile.allows("all_gather_v", moved):
-        wrong.append(ranks.mismatch("all_gather_v", comm.all_gather_v(mine[:rank + 1], [1, 2]),
+        wrong.append(ranks.mismatch("all_gather_v", comm.all_gather_v(mine[:rank + 1], recv_counts=[1, 2]),
                                     np.concatenate([data[0][:1], data[1][:2]])))
     if profile.allows("all_to_all_vc", moved):
-        wrong.append(ranks.mismatch("all_to_all_vc", comm.all_to_all_vc(mine, [[1, 1], [2, 2]]),
+        wrong.append(ranks.mismatch("all_to_all_vc", comm.all_to_all_vc(mine, send_count_matrix=[[1, 1], [2, 2]]),
                                     np.concatenate([data[0][rank:rank + 1], data[1][2 * rank:2 * rank + 2]])))
     received = np.zeros_like(mine)
     if rank == 0:
@@ -291,7 +291,7 @@ def _allowed_and_refused(rank: int, size: int, info: bytes, name: str) -> List[s
     comm.batch_send_recv([("send", mine, other), ("recv", exchanged, other)])
     wrong.append(ranks.mismatch("batch_send_recv", exchanged, data[other]))
 
-    wrong.append(ranks.mismatch("all_reduce after refusals", comm.all_reduce(inputs[rank], op=op), total))
+    wrong.append(ranks.mismatch("all_reduce after refusals", comm.all_reduce(inputs[rank].copy(), op=op), total))
     comm.destroy()
     return [text for text in wrong if text is not None]
 

@@ -270,23 +270,6 @@ def test_turning_off_and_sizing_the_ring(env: Dict[str, str], expected: str) -> 
     assert done.stdout.strip() == expected
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("HCCLPY_HOST_CHUNK_BYTES", "2X", "HCCLPY_HOST_CHUNK_BYTES is '2X'; use a number of bytes of at least 1024"),
-    ("HCCLPY_HOST_CHUNK_BYTES", "100", "HCCLPY_HOST_CHUNK_BYTES is '100'"),
-])
-def test_a_bad_size_in_the_environment_is_named(name: str, value: str, message: str) -> None:
-    done = subprocess.run([sys.executable, "-c", "import hcclpy"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, name: value})
-    assert done.returncode != 0 and message in done.stderr, done.stderr
-
-
-def test_chunk_sizes_take_a_unit() -> None:
-    env = {**os.environ, "HCCLPY_HOST_CHUNK_BYTES": "4M"}
-    done = subprocess.run([sys.executable, "-c", "import hcclpy.host; print(hcclpy.host.CHUNK_BYTES)"],
-                          capture_output=True, text=True, timeout=60, env=env)
-    assert done.returncode == 0 and done.stdout.strip() == str(4 << 20), done.stderr
-
-
 # ------------------------------------------------- point-to-point calls are numbered apart
 
 def _root_hands_out(rank: int, size: int, info: bytes, name: str) -> Dict[str, Any]:

@@ -37,9 +37,12 @@ def test_a_wrong_program_is_caught(tmp_path: pathlib.Path) -> None:
                        "    return stream.record()\n\n"
                        "stream: hcclpy.Stream = hcclpy.Device(0).create_event()\n"
                        "array: hcclpy.DeviceArray = hcclpy.init().all_reduce(np.ones(3))\n"
-                       "uneven: hcclpy.DeviceArray = hcclpy.init().all_to_all_v(np.ones(3), [3], [3])\n")
+                       "uneven: hcclpy.DeviceArray = hcclpy.init().all_to_all_v(np.ones(3), send_counts=[3], "
+                       "recv_counts=[3])\n"
+                       "hcclpy.init().all_reduce(np.ones(3), op='average')\n")
     result = _mypy(program)
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'Incompatible return value type (got "Event", expected "int")' in result.stdout
     assert 'expression has type "Event", variable has type "Stream"' in result.stdout
     assert len(re.findall(r'expression has type "ndarray\[.*\]", variable has type "DeviceArray"', result.stdout)) == 2
+    assert 'No overload variant matches argument types' in result.stdout  # op="average" is no reduce op

@@ -35,7 +35,7 @@ __all__ = ["add_parser", "collect", "format_text", "run"]
 ENVIRONMENT = (
     "HCCLPY_BACKEND", "HCCLPY_LIBASCENDCL", "HCCLPY_LIBHCCL", "HCCL_SO_PATH", "ASCEND_HOME_PATH",
     "ASCEND_TOOLKIT_HOME", "ASCEND_RT_VISIBLE_DEVICES", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE",
-    "HCCL_DETERMINISTIC", "RANK_TABLE_FILE", "HCCLPY_HOST_CHUNK_BYTES", "HCCLPY_HOST_STAGING", "HCCLPY_SIM_DEVICES",
+    "HCCL_DETERMINISTIC", "RANK_TABLE_FILE", "HCCLPY_SIM_DEVICES",
     "HCCLPY_SIM_DEVICE_MEMORY", "HCCLPY_SIM_CACHE", "HCCLPY_SIM_NODE", "HCCLPY_SIM_PROFILE", "HCCLPY_SIM_DESYNC_CHECK",
     "HCCLPY_TRACE", "HCCLPY_TRACE_SIZE", "HCCLPY_TRACE_DIR",
 )
@@ -73,7 +73,6 @@ def collect() -> Dict[str, Any]:
         :data:`ENVIRONMENT` that are set), ``backend`` (``"cann"``, ``"sim"`` or None),
         ``libraries`` (name, path, found_via), ``acl_version`` (``"major.minor.patch"`` or None),
         ``soc_name``, ``device_count``, ``devices`` (id, free and total bytes, or error),
-        ``numpy_staging`` (``"pinned"`` or ``"direct"``, or why ``HCCLPY_HOST_STAGING`` is refused),
         ``functions`` (C function name to bool), ``optional_functions`` (the names hcclpy can
         do without), ``simulator`` (the build description or None), ``warnings`` (settings that
         were partly ignored, such as the entries of ``ASCEND_RT_VISIBLE_DEVICES`` from the first
@@ -89,14 +88,13 @@ def collect() -> Dict[str, Any]:
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
         "backend": None, "libraries": [], "acl_version": None, "soc_name": None, "device_count": None,
-        "devices": [], "numpy_staging": None, "functions": {}, "optional_functions": [], "simulator": None,
+        "devices": [], "functions": {}, "optional_functions": [], "simulator": None,
         "warnings": [], "error": None,
     }
     import hcclpy
 
     from .. import _ffi, _trace
     from .._ffi import cdef_acl, cdef_hccl
-    from ..host import staging_mode
 
     try:
         with warnings.catch_warnings():
@@ -116,10 +114,6 @@ def collect() -> Dict[str, Any]:
             report["acl_version"] = ".".join(str(part[0]) for part in parts)
     if bound.present.get("aclrtGetSocName"):
         report["soc_name"] = _ffi.string(bound.aclrtGetSocName()) or None
-    try:
-        report["numpy_staging"] = staging_mode()
-    except ValueError as exc:
-        report["numpy_staging"] = f"refused: {exc}"
     try:
         report["device_count"] = hcclpy.device_count()
     except hcclpy.HcclpyError as exc:
@@ -233,8 +227,6 @@ def format_text(report: Dict[str, Any], width: Optional[int] = None) -> str:
         field(lib["name"], f"{lib['path']} (found via {lib['found_via']})")
     field("AscendCL", f"version {report['acl_version'] or 'unknown (no aclrtGetVersion)'}, "
           f"SoC {report['soc_name'] or 'unknown'}")
-    if report.get("numpy_staging"):
-        field("NumPy staging", report["numpy_staging"])
     if report["device_count"] is not None:
         field("devices", report["device_count"])
         for device in report["devices"]:

@@ -1,11 +1,21 @@
-"""HCCL operations on device buffers; :class:`hcclpy.Communicator` exposes them as methods."""
+"""HCCL operations, each defined once (:mod:`._ops`); :class:`hcclpy.Communicator` exposes them
+as methods, with their persistent ``*_init`` twins."""
 
-from ._buffers import Buffer, resolve
-from ._ops import (after_group, all_gather, all_gather_v, all_reduce, all_to_all, all_to_all_v, all_to_all_vc, barrier,
-                   batch_send_recv, broadcast, group, group_active, recv, register_host, reduce, reduce_scatter, reduce_scatter_v, scatter, send)
+from ._buffers import Buffer, BufferLike, parse
+from ._calls import PersistentOp
+from ._group import active as group_active, after as after_group, group
+from ._ops import (all_gather, all_gather_init, all_gather_v, all_gather_v_init, all_reduce, all_reduce_init,
+                   all_to_all, all_to_all_init, all_to_all_v, all_to_all_v_init, all_to_all_vc, all_to_all_vc_init,
+                   barrier, barrier_init, batch_send_recv, batch_send_recv_init, broadcast, broadcast_init, recv,
+                   recv_init, reduce, reduce_init, reduce_scatter, reduce_scatter_init, reduce_scatter_v,
+                   reduce_scatter_v_init, scatter, scatter_init, send, send_init)
+from ._staging import release
 
 __all__ = [
-    "Buffer", "after_group", "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
-    "batch_send_recv", "broadcast", "group", "group_active", "recv", "register_host", "reduce", "reduce_scatter", "reduce_scatter_v", "resolve",
-    "scatter", "send",
+    "Buffer", "BufferLike", "PersistentOp", "after_group", "all_gather", "all_gather_init", "all_gather_v", "all_gather_v_init",
+    "all_reduce", "all_reduce_init", "all_to_all", "all_to_all_init", "all_to_all_v", "all_to_all_v_init",
+    "all_to_all_vc", "all_to_all_vc_init", "barrier", "barrier_init", "batch_send_recv", "batch_send_recv_init",
+    "broadcast", "broadcast_init", "group", "group_active", "parse", "recv", "recv_init", "reduce", "reduce_init",
+    "reduce_scatter", "reduce_scatter_init", "reduce_scatter_v", "reduce_scatter_v_init", "release", "scatter",
+    "scatter_init", "send", "send_init",
 ]

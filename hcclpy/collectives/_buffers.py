@@ -1,59 +1,109 @@
-"""Turning what callers pass as a buffer into (pointer, count, dtype, device).
+"""The one buffer parser: every form the operations accept becomes one :class:`Buffer`.
 
-Accepted, in order of speed:
+Accepted:
 
-* :class:`hcclpy.DeviceArray` (its pointer is already a C value);
+* :class:`hcclpy.DeviceArray`;
 * ``(ptr, count, dtype)`` tuples, with ``ptr`` a device address as int;
 * tensors with ``data_ptr()`` / ``numel()`` / ``dtype`` / ``device`` on an NPU (torch_npu
   tensors: ``device.type == "npu"``);
 * objects with ``__dlpack__`` describing NPU memory (DLPack device type ``kDLExtDev``, as torch
-  exports torch_npu tensors).
+  exports torch_npu tensors);
+* NumPy arrays: host memory, which the operations stage through device memory. Any HCCL type
+  travels as itself; complex64 and complex128 as pairs of float32 / float64 (they reduce with
+  sum only); any other dtype of fixed size as its bytes (they only move). Inputs that are not
+  C-contiguous or not in the machine's byte order are copied to one that is; outputs must be
+  writable and C-contiguous.
 
-Host memory (NumPy arrays, CPU tensors) is refused here: the host-array API stages it. Other
-accelerators' memory (CUDA, MPS, meta tensors...) is refused too: HCCL would read it as NPU memory.
+Other accelerators' memory (CUDA, MPS, meta tensors...) is refused: HCCL would read it as NPU
+memory. CPU tensors are staged by the hcclpy torch backend, not here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, FrozenSet, NamedTuple, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
 from .. import _ffi
 from .._ffi import dlpack
 from ..runtime import DeviceArray
-from ..types import DataType, as_datatype
+from ..types import DataType, ReduceOp, as_datatype
 
-__all__ = ["Buffer", "MAX_COUNT", "resolve"]
+__all__ = ["Buffer", "BufferLike", "MAX_COUNT", "SupportsDLPack", "parse"]
 
 # The largest element count HCCL takes in one call (SYS_MAX_COUNT of the real library; the
 # simulator's HCCL_SIM_MAX_COUNT): larger counts fail in C with HCCL_E_PARA.
 MAX_COUNT = 0x7FFFFFFFF
 
 
-class Buffer(NamedTuple):
-    ptr: Any                 # cffi void *
+class SupportsDLPack(Protocol):
+    """An object that exports its memory through DLPack (a torch_npu tensor, say)."""
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+BufferLike = Union[DeviceArray, np.ndarray, Tuple[int, int, Any], SupportsDLPack]
+"""What a buffer argument takes, for type checkers: a :class:`hcclpy.DeviceArray`, a NumPy array, a
+``(ptr, count, dtype)`` tuple or an object with ``__dlpack__`` (the parser says at run time what it
+refuses)."""
+
+
+class Buffer:
+    """One buffer of an operation, whatever form the caller passed it in. (A class with slots:
+    reading its fields is the operations' most frequent step, and slots read fastest.)"""
+
+    __slots__ = ("ptr", "address", "count", "dtype", "dtype_c", "itemsize", "device", "host", "keep", "scale",
+                 "shape", "writable", "ops", "source", "alloc")
+
+    ptr: Any                 # cffi pointer to the first element
     address: int             # the same pointer as an int
-    count: int               # elements
-    dtype: DataType
+    count: int               # elements of ``dtype``
+    dtype: DataType          # the HCCL type that carries the data
     dtype_c: int             # the same as a plain int (cffi converts IntEnums slowly)
     itemsize: int
-    device: Optional[int]    # logical device id when known
-    keep: Any                # object that owns the memory (kept alive by the caller)
+    device: Optional[int]    # logical device id when known; None for host memory or unknown
+    host: bool               # NumPy memory, staged through the device
+    keep: Any                # what keeps the memory alive while queued work uses it: the caller's object,
+                             # or a DeviceArray's allocation
+    scale: int               # elements of ``dtype`` per element of the caller's dtype (NumPy pairs and bytes)
+    shape: Tuple[int, ...]   # the caller's shape, for results made like this buffer
+    writable: bool           # results can be written straight into the caller's memory
+    ops: Optional[FrozenSet[int]]  # the reduce op codes that reduce it right; None: all
+    source: Any              # host memory to read from (a C-contiguous copy when the caller's is not)
+    alloc: Any               # a DeviceArray's allocation; else None
+
+    @property
+    def kind(self) -> str:
+        """The caller's dtype, as messages name it."""
+        return str(self.keep.dtype) if self.host else self.dtype.name.lower()
+
+    def __repr__(self) -> str:
+        where = "host" if self.host else f"device {self.device}"
+        return f"<Buffer {self.count} x {self.dtype.name.lower()} at 0x{self.address:x} ({where})>"
 
 
-# NamedTuple's generated constructor is Python code; building the tuple directly is much cheaper.
-_make = tuple.__new__
+def _make(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[int], host: bool, keep: Any,
+          scale: int, shape: Tuple[int, ...], writable: bool, ops: Optional[FrozenSet[int]], source: Any,
+          alloc: Any) -> Buffer:
+    buf = object.__new__(Buffer)
+    buf.ptr, buf.address, buf.count, buf.dtype, buf.dtype_c, buf.itemsize = (ptr, address, count, dtype, int(dtype),
+                                                                             dtype.itemsize)
+    buf.device, buf.host, buf.keep, buf.scale, buf.shape = device, host, keep, scale, shape
+    buf.writable, buf.ops, buf.source, buf.alloc = writable, ops, source, alloc
+    return buf
 
 
-def _buffer(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[int], keep: Any,
-            argument: str) -> Buffer:
-    """The buffer of a tuple, tensor or DLPack object (the general paths), with the check they share."""
+_ALL_OPS = frozenset(op._value_ for op in ReduceOp)
+
+
+def _device_buffer(address: int, count: int, dtype: DataType, device: Optional[int], keep: Any,
+                   argument: str) -> Buffer:
     if not address and count:
         raise ValueError(f"{argument} points to address 0 (NULL) but holds {count} elements; only an empty "
                          "buffer may be NULL")
-    return _make(Buffer, (ptr, address, count, dtype, int(dtype), dtype.itemsize, device, keep))
+    return _make(_ffi.cast("void *", address), address, count, dtype, device, False, keep, 1, (count,), True, None,
+                 None, None)
 
 
 _DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataType.INT32, (0, 64): DataType.INT64,
@@ -61,17 +111,15 @@ _DLPACK_TYPES = {(0, 8): DataType.INT8, (0, 16): DataType.INT16, (0, 32): DataTy
                  (1, 64): DataType.UINT64, (2, 16): DataType.FP16, (2, 32): DataType.FP32, (2, 64): DataType.FP64,
                  (4, 16): DataType.BFP16, (6, 8): DataType.UINT8}  # 6 = bool, moved as bytes (as torch_npu does)
 
-
 # DLPack's device types (dlpack.h) other than host memory and NPU memory, for error messages.
 _DLPACK_DEVICES = {2: "CUDA", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm", 13: "CUDA managed",
                    14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
 
 
 def _host_error(argument: str, what: str) -> TypeError:
-    return TypeError(f"{argument} is {what} in host memory; a collective on device memory needs it for every "
-                     "buffer (hcclpy.DeviceArray, a (ptr, count, dtype) tuple, an NPU tensor). NumPy arrays are "
-                     "staged through the device when every array of the call is one; CPU tensors, through the "
-                     "hcclpy torch backend.")
+    return TypeError(f"{argument} is {what} in host memory; the operations take device buffers "
+                     "(hcclpy.DeviceArray, a (ptr, count, dtype) tuple, an NPU tensor) or NumPy arrays (staged "
+                     "through the device); CPU tensors go through the hcclpy torch backend")
 
 
 def _from_tuple(buf: tuple, argument: str) -> Buffer:
@@ -83,7 +131,7 @@ def _from_tuple(buf: tuple, argument: str) -> Buffer:
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count < 2**64:
         raise ValueError(f"{argument}[1] (count) must be an int in [0, 2**64), got {count!r}")
     dt = as_datatype(dtype, argument=f"{argument}[2] (dtype)")
-    return _buffer(_ffi.cast("void *", int(ptr)), int(ptr), int(count), dt, None, buf, argument)
+    return _device_buffer(int(ptr), int(count), dt, None, buf, argument)
 
 
 def _from_tensor(buf: Any, argument: str) -> Buffer:
@@ -117,8 +165,7 @@ def _from_tensor(buf: Any, argument: str) -> Buffer:
     for name, value in (("data_ptr()", address), ("numel()", count)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
             raise ValueError(f"{argument}.{name} is {value!r}; it must be an int in [0, 2**64)")
-    device_id = None if index is None else int(index)
-    return _buffer(_ffi.cast("void *", int(address)), int(address), int(count), dt, device_id, buf, argument)
+    return _device_buffer(int(address), int(count), dt, None if index is None else int(index), buf, argument)
 
 
 def _from_dlpack(buf: Any, argument: str) -> Buffer:
@@ -142,37 +189,106 @@ def _from_dlpack(buf: Any, argument: str) -> Buffer:
             if dim != 1 and stride != step:
                 raise ValueError(f"{argument} must be C-contiguous, its strides are {info.strides}")
             step *= dim
-    return _buffer(_ffi.cast("void *", info.ptr), info.ptr, math.prod(info.shape), dt, info.device_id, buf,
-                   argument)
+    return _device_buffer(info.ptr, math.prod(info.shape), dt, info.device_id, buf, argument)
 
 
-def resolve(buf: Any, argument: str) -> Buffer:
-    """Describe the device buffer ``buf`` (see the module docstring for what is accepted).
+# ------------------------------------------------------------------------------- NumPy arrays
+# HCCL knows twelve data types. Arrays of other dtypes travel as one of them: a complex number as
+# its real and imaginary parts (the parts of a sum are the sums of the parts, so sum reduces them),
+# any other element of fixed size as its bytes (which only move).
+
+class _Carrier(NamedTuple):
+    dtype: DataType  # the HCCL type that carries the elements
+    per_element: int  # how many of those make one element of the array
+    ops: Optional[FrozenSet[int]]  # the reduce op codes that reduce them right; None: all
+
+
+_CARRIERS: dict = {}  # by NumPy dtype; bounded: structured dtypes are countless
+_COMPLEX_PARTS = {8: DataType.FP32, 16: DataType.FP64}  # complex64 and complex128, by itemsize
+
+
+def _carrier(dtype: np.dtype, argument: str) -> _Carrier:
+    """How elements of ``dtype`` travel (TypeError for those that cannot: Python objects, elements
+    of no bytes)."""
+    carrier = _CARRIERS.get(dtype)
+    if carrier is not None:
+        return carrier
+    if dtype.hasobject:
+        raise TypeError(f"{argument}.dtype is {dtype}, which holds Python objects: the array holds pointers to "
+                        "them, which mean nothing in another process; convert it to a dtype of fixed size first")
+    if dtype.itemsize == 0:
+        raise TypeError(f"{argument}.dtype is {dtype}, whose elements have no bytes: there is nothing to move")
+    try:
+        hccl = as_datatype(dtype)
+    except TypeError:  # no HCCL type of its own
+        parts = _COMPLEX_PARTS.get(dtype.itemsize) if dtype.kind == "c" else None
+        carrier = (_Carrier(parts, 2, frozenset({ReduceOp.SUM._value_})) if parts is not None
+                   else _Carrier(DataType.UINT8, dtype.itemsize, frozenset()))
+    else:
+        carrier = _Carrier(hccl, 1, None)
+    if len(_CARRIERS) >= 256:
+        _CARRIERS.clear()
+    _CARRIERS[dtype] = carrier
+    return carrier
+
+
+def _from_array(array: np.ndarray, argument: str) -> Buffer:
+    if isinstance(array, np.ma.MaskedArray):
+        raise TypeError(f"{argument} is a masked array: hcclpy moves data, not masks, so its masked elements would "
+                        f"be taken as values; pass {argument}.filled(value) or {argument}.data")
+    dtype = array.dtype
+    flags = array.flags
+    writable = flags.writeable and flags.c_contiguous and dtype.isnative
+    source = array
+    if not dtype.isnative:  # read in the machine's order; results are never written in the other one
+        native = dtype.newbyteorder("=")
+        _carrier(native, argument)  # refuse what cannot travel before copying
+        source = array.astype(native, order="C")
+        dtype = native
+    elif not flags.c_contiguous:
+        source = np.ascontiguousarray(array)
+    carrier = _carrier(dtype, argument)
+    pointer = _ffi.from_buffer("char[]", source)
+    count = source.size * carrier.per_element
+    return _make(pointer, source.__array_interface__["data"][0], count, carrier.dtype, None, True, array,
+                 carrier.per_element, array.shape, writable, carrier.ops, source, None)
+
+
+def parse(buf: Any, argument: str) -> Buffer:
+    """Describe ``buf``, one operation's buffer named ``argument`` (see the module docstring for
+    what is accepted).
 
     Raises
     ------
     TypeError
-        For host memory or an unsupported object or dtype.
+        For an object that is no buffer, memory of another accelerator, or an unsupported dtype.
     ValueError
         For a closed array, a non-contiguous tensor or a bad tuple.
     """
-    if type(buf) is DeviceArray:
-        alloc = buf._alloc
-        if alloc.live_device < 0:
+    if type(buf) is DeviceArray:  # first: the common call pays one type test and, after its first, one read
+        spec = buf._spec
+        if spec is None:
+            alloc = buf._alloc
+            spec = buf._spec = _make(buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, alloc.device_id,
+                                     False, alloc, 1, buf._shape, True, None, None, alloc)
+        if spec.alloc.live_device < 0:
             raise ValueError(f"{argument} is a closed DeviceArray (its memory was freed)")
-        return _make(Buffer, (buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, buf._dtype_c,
-                              buf._itemsize, alloc.device_id, buf))
+        return spec
+    if isinstance(buf, np.ndarray):
+        return _from_array(buf, argument)
     if isinstance(buf, tuple):
         return _from_tuple(buf, argument)
-    if isinstance(buf, np.ndarray):
-        raise _host_error(argument, "a numpy.ndarray")
     if hasattr(buf, "data_ptr") and hasattr(buf, "numel"):
         return _from_tensor(buf, argument)
     if hasattr(buf, "__dlpack__"):
         return _from_dlpack(buf, argument)
-    host_values = isinstance(buf, (list, float, int, np.generic))
-    hint = "; host values go in a numpy.ndarray (np.asarray(...))" if host_values else ""
-    if buf is None:  # recv left out: only some operations work in place
-        hint = "; this operation's device form writes its result there, so it needs one"
-    raise TypeError(f"{argument} must be a device buffer (hcclpy.DeviceArray, (ptr, count, dtype) tuple, NPU "
-                    f"tensor or DLPack object), got {type(buf).__name__}{hint}")
+    hint = ""
+    if isinstance(buf, str) and buf.upper() in ReduceOp.__members__:  # f(send, "max"): an op where recv goes
+        hint = f"; {buf!r} names a reduce op: recv comes before op; pass op={buf!r}"
+    if isinstance(buf, (list, float, int, np.generic)):
+        hint = "; host values go in a numpy.ndarray (np.asarray(...))"
+        if argument == "recv" and isinstance(buf, list):
+            hint += ("; the counts of the uneven operations go by name (f(send, recv_counts=...), "
+                     "f(send, send_counts=..., recv_counts=...), f(send, send_count_matrix=...))")
+    raise TypeError(f"{argument} must be a buffer (hcclpy.DeviceArray, numpy.ndarray, (ptr, count, dtype) tuple, "
+                    f"NPU tensor or DLPack object), got {type(buf).__name__}{hint}")

@@ -67,8 +67,9 @@ def _device_of(device: Any) -> Device:
 
 
 def _held_by_a_stream(alloc: "_Allocation") -> bool:
-    """True if a stream keeps an array of ``alloc`` alive for queued work."""
-    return any(type(item) is DeviceArray and item._alloc is alloc for item in _stream.held_objects(alloc.device_id))
+    """True if a stream (open, or parked after collection) keeps ``alloc`` alive for queued work:
+    an array of it, or the allocation itself (which the operations hold for their arrays)."""
+    return any(_stream.holds(item, alloc, DeviceArray) for item in _stream.held_objects(alloc.device_id))
 
 
 def _free_deferred() -> None:
@@ -78,6 +79,32 @@ def _free_deferred() -> None:
         if alloc is not None and not _held_by_a_stream(alloc):
             _deferred.pop(key, None)
             close_now(alloc.finalizer)
+
+
+def copy_bytes(dst: int, src: int, nbytes: int, kind: int, stream: Optional[Stream] = None) -> None:
+    """Copy ``nbytes`` from address ``src`` to address ``dst`` (``kind``: an aclrtMemcpyKind), done
+    when it returns, or queued on ``stream`` (the caller keeps the memory alive until it is done)."""
+    if nbytes == 0:
+        return
+    bound, cast = _ffi.api(), _ffi.cast
+    if stream is None:
+        _ffi.check_acl(bound.aclrtMemcpy(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind),
+                       "aclrtMemcpy")
+    else:
+        _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
+                                              stream._cdata()), "aclrtMemcpyAsync")
+
+
+def settle(alloc: "_Allocation", stream: Optional[Stream] = None) -> None:
+    """Order an access to ``alloc`` after the work queued that uses it, on every stream: the host
+    waits for those streams (``stream`` None: the access happens now), or ``stream`` waits for them
+    on the device. The streams' keep-alive lists say which work that is; with nothing queued, it
+    costs a look at empty lists and no C call."""
+    for user in _stream.users(alloc, alloc.device_id, DeviceArray):
+        if stream is None:
+            user.synchronize()
+        elif user is not stream:
+            stream.wait_stream(user)
 
 
 class _Allocation:
@@ -125,7 +152,8 @@ class DeviceArray:
     array([2., 3.], dtype=float32)
     """
 
-    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_dtype_c", "_itemsize", "_size", "_cptr")
+    __slots__ = ("__weakref__", "_alloc", "_offset", "_shape", "_dtype", "_dtype_c", "_itemsize", "_size", "_cptr",
+                 "_spec")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create device arrays with hcclpy.empty(), hcclpy.zeros() or hcclpy.from_numpy()")
@@ -142,6 +170,9 @@ class DeviceArray:
         self._size = math.prod(shape)
         # The pointer is cast once here, so passing it to a collective costs nothing per call.
         self._cptr = _ffi.cast("void *", alloc.ptr + offset) if alloc.ptr else _ffi.NULL
+        # What the operations make of this view, made on its first use by one (a view never
+        # changes): their parser fills it, so that a buffer used again costs one attribute read.
+        self._spec: Any = None
         return self
 
     # ------------------------------------------------------------------ properties
@@ -293,17 +324,9 @@ class DeviceArray:
     def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...]) -> None:
         """Copy this array's bytes from ``src`` to ``dst`` (addresses), now or queued on ``stream``,
         which then keeps ``keep`` (the arrays involved) alive until the copy is done."""
-        nbytes = self.nbytes
-        if nbytes == 0:
-            return
-        bound, cast = _ffi.api(), _ffi.cast
-        if stream is None:
-            _ffi.check_acl(bound.aclrtMemcpy(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind),
-                           "aclrtMemcpy")
-            return
-        _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
-                                              stream._cdata()), "aclrtMemcpyAsync")
-        stream._hold(keep)
+        copy_bytes(dst, src, self.nbytes, kind, stream)
+        if stream is not None and self.nbytes:
+            stream._hold(keep)
 
     def copy_from(self, src: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
         """Copy ``src`` (same dtype and size) into this array.
@@ -319,6 +342,8 @@ class DeviceArray:
             if src._dtype != self._dtype or src._size != self._size:
                 raise ValueError(f"src is {src._size} x {src._dtype.name.lower()}, this array "
                                  f"{self._size} x {self._dtype.name.lower()}")
+            settle(src._alloc, stream)
+            settle(self._alloc, stream)  # a copy now must not change what queued work still reads
             self._copy(self.ptr, src.ptr, _D2D, stream, (self, src))
             return
         array = self._host_array(src, "src")
@@ -326,6 +351,7 @@ class DeviceArray:
             if stream is not None:
                 raise ValueError("src must be C-contiguous for a copy on a stream (use np.ascontiguousarray)")
             array = np.ascontiguousarray(array)
+        settle(self._alloc, stream)
         self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array))
 
     def copy_to(self, dst: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
@@ -341,6 +367,7 @@ class DeviceArray:
             raise ValueError("dst is read-only")
         if not array.flags.c_contiguous:
             raise ValueError("dst must be C-contiguous")
+        settle(self._alloc, stream)
         self._copy(array.ctypes.data, self.ptr, _D2H, stream, (self, array))
 
     def to_numpy(self, *, stream: Optional[Stream] = None) -> np.ndarray:
@@ -366,6 +393,7 @@ class DeviceArray:
             return
         bound = _ffi.api()
         ptr = _ffi.cast("void *", self.ptr)
+        settle(self._alloc, stream)
         if stream is None:
             _ffi.check_acl(bound.aclrtMemset(ptr, self.nbytes, 0, self.nbytes), "aclrtMemset")
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -29,12 +30,36 @@ class _Holdings:
     its buffers). ``held`` is always the stream's current ``_held`` list; ``sealed`` its
     ``_sealed`` list, which is never replaced, only changed in place."""
 
-    __slots__ = ("held", "sealed", "device_id")
+    __slots__ = ("held", "sealed", "device_id", "stream")
 
-    def __init__(self, device_id: int) -> None:
+    def __init__(self, device_id: int, stream: Any = None) -> None:
         self.held: list = []
         self.sealed: List[Tuple[int, list]] = []
         self.device_id = device_id
+        self.stream = stream  # a weak reference to the stream (None: parked, or no stream's)
+
+    def objects(self) -> Iterator[Any]:
+        """What it holds now (copies of the lists: other threads append)."""
+        yield from self.held[:]
+        for _mark, segment in self.sealed[:]:
+            yield from segment[:]
+
+
+def holds(item: Any, target: Any, kind: type) -> bool:
+    """Whether a held ``item`` keeps ``target``, an allocation, alive: it is ``target``, or an
+    object of type ``kind`` (a DeviceArray) whose ``_alloc`` is ``target``."""
+    return item is target or (type(item) is kind and item._alloc is target)
+
+
+def users(target: Any, device_id: int, kind: type) -> List["Stream"]:
+    """The open streams of device ``device_id`` whose queued work holds ``target`` (see :func:`holds`)."""
+    found = []
+    for holdings in _registry.copy():
+        if holdings.device_id == device_id and holdings.stream is not None:
+            stream = holdings.stream()
+            if stream is not None and any(holds(item, target, kind) for item in holdings.objects()):
+                found.append(stream)
+    return found
 
 
 # The holdings of every stream not yet destroyed (parked ones included). No lock: set.add,
@@ -52,9 +77,7 @@ def held_objects(device_id: int) -> Iterator[Any]:
     for queued work. Not a fast path: it copies each list it reads, since other threads append."""
     for holdings in _registry.copy():
         if holdings.device_id == device_id:
-            yield from holdings.held[:]
-            for _mark, segment in holdings.sealed[:]:
-                yield from segment[:]
+            yield from holdings.objects()
 
 
 def _whole_wait(untimed: Any) -> Any:
@@ -147,7 +170,7 @@ class Stream:
         # The operations append to _held (from any thread); a synchronisation lets go of the ones
         # held when it began. Beyond HOLD_CHECK, _seal_held() moves them to a segment in _sealed,
         # under a mark, and lets go of a segment once the stream's progress passes its mark.
-        holdings = self._holdings = _Holdings(device.id)
+        holdings = self._holdings = _Holdings(device.id, weakref.ref(self))
         self._held = holdings.held
         self._sealed = holdings.sealed
         # How many buffers have left the front of _held since the stream was made (let go of, or

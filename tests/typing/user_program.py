@@ -89,13 +89,13 @@ def results(comm: hcclpy.Communicator, stream: hcclpy.Stream) -> None:
 
 
 def uneven_results(comm: hcclpy.Communicator, stream: hcclpy.Stream, counts: List[int]) -> None:
-    # The uneven operations and scatter: NumPy forms take counts where device forms take recv.
+    # The uneven operations and scatter: counts by name; an omitted recv is a new array like send.
     host = np.ones(sum(counts), dtype=np.float32)
-    gathered: np.ndarray = comm.all_gather_v(host[: counts[comm.rank]], counts)
+    gathered: np.ndarray = comm.all_gather_v(host[: counts[comm.rank]], recv_counts=counts)
     into: np.ndarray = comm.all_gather_v(host[: counts[comm.rank]], recv_counts=counts, out=np.empty_like(host))
     scattered: np.ndarray = comm.reduce_scatter_v(host, send_counts=counts, op="max")
-    exchanged: np.ndarray = comm.all_to_all_v(host, counts, counts)
-    by_matrix: np.ndarray = comm.all_to_all_vc(host, [counts] * comm.size)
+    exchanged: np.ndarray = comm.all_to_all_v(host, send_counts=counts, recv_counts=counts)
+    by_matrix: np.ndarray = comm.all_to_all_vc(host, send_count_matrix=[counts] * comm.size)
     block: np.ndarray = comm.scatter(host if comm.rank == 0 else None, out=np.empty(4), root=0)
     mine: np.ndarray = comm.scatter(host, root=0)
     x = hcclpy.zeros(sum(counts), "float32", device=comm.device)
@@ -106,4 +106,8 @@ def uneven_results(comm: hcclpy.Communicator, stream: hcclpy.Stream, counts: Lis
     swapped: hcclpy.DeviceArray = comm.all_to_all_v(x, y, counts, counts, stream=stream)
     matrixed: hcclpy.DeviceArray = comm.all_to_all_vc(x, y, [counts] * comm.size, stream=stream)
     landed: hcclpy.DeviceArray = comm.scatter(x, part, root=0, stream=stream)
-    print(gathered, into, scattered, exchanged, by_matrix, block, mine, on_device, reduced, swapped, matrixed, landed)
+    step: hcclpy.PersistentOp = comm.all_reduce_init(x, op=hcclpy.ReduceOp.MAX, stream=stream)
+    started: hcclpy.DeviceArray = step.start()
+    step.close()
+    print(gathered, into, scattered, exchanged, by_matrix, block, mine, on_device, reduced, swapped, matrixed, landed,
+          started)
