@@ -719,3 +719,52 @@ def test_broadcast_counts_its_one_call_once() -> None:
     report.header(meta, out)
     assert "# broadcast: HCCL has no out-of-place form, so both columns time the in-place call (counted once in " \
            "the average)" in out.getvalue()
+
+
+def _plot_rows(byte_sizes: List[int]) -> List[Row]:
+    return [Row(size, size // 4, 2, Result(2.0 + size / 1e4, size / 2e3, size / 1e3, 0),
+                Result(2.5 + size / 1e4, size / 3e3, size / 2e3, 0)) for size in byte_sizes]
+
+
+@pytest.mark.parametrize("byte_sizes", [
+    [8 << k for k in range(28)],                   # 8 B to 1 GiB, every power of two
+    [8 * 8 ** k for k in range(9)],                # -f 8: 8 B to 128 MiB
+    list(range(1024, 20 * 1024 + 1, 1024)),        # -i 1K: 1 KiB to 20 KiB
+    [48 * 2 ** k for k in range(21)],              # 16-byte blocks of 3 ranks: 48 B to 48 MiB
+    list(range(1000, 1901, 100)),                  # inside one octave
+], ids=["powers-of-two", "factor-8", "steps", "three-ranks", "one-octave"])
+def test_the_plot_s_size_axis_is_log_2_in_byte_units_ending_at_the_largest_size(byte_sizes: List[int]) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    meta = {"operation": "all_reduce", "nranks": 2, "type": "fp32", "backend": "sim"}
+    figure = report.plot_figure(_plot_rows(byte_sizes), meta)
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        for axes in figure.axes:
+            assert axes.get_xscale() == "log" and axes.xaxis.get_transform().base == 2
+            assert axes.get_xlim() == (min(byte_sizes), max(byte_sizes)), "no empty stretch past the sizes"
+            ticks = [t for t in axes.get_xticks() if min(byte_sizes) <= t <= max(byte_sizes)]
+            labels = [label for label in axes.get_xticklabels() if label.get_text()]
+            assert len(labels) >= 2
+            assert [label.get_text() for label in labels] == [format_bytes(int(t)) for t in ticks]
+            if max(byte_sizes) >= 2 * min(byte_sizes) * 2:  # two powers of two inside: ticks at them
+                assert all(int(t) & (int(t) - 1) == 0 for t in ticks), ticks
+                assert all(re.fullmatch(r"\d+ (B|KiB|MiB|GiB)", label.get_text()) for label in labels)
+                if max(byte_sizes) & (max(byte_sizes) - 1) == 0:
+                    assert labels[-1].get_text() == format_bytes(max(byte_sizes)), "the largest size is labelled"
+            boxes = [label.get_window_extent(renderer) for label in labels]
+            for left, right in zip(boxes, boxes[1:]):
+                assert left.x1 < right.x0, f"labels overlap: {[label.get_text() for label in labels]}"
+    finally:
+        plt.close(figure)
+
+
+def test_size_ticks_thin_the_labels_at_round_units() -> None:
+    labels = [format_bytes(int(t)) for t in report.size_ticks([8, 1 << 30])[0]]
+    assert labels == ["8 B", "1 KiB", "32 KiB", "1 MiB", "32 MiB", "1 GiB"]
+    major, minor = report.size_ticks([1 << 10, 1 << 14])
+    assert [format_bytes(int(t)) for t in major] == ["1 KiB", "2 KiB", "4 KiB", "8 KiB", "16 KiB"] and minor == []
+    major, minor = report.size_ticks([8, 128 << 20])
+    assert len(major) <= 6 and sorted(major + minor) == [float(1 << k) for k in range(3, 28)]

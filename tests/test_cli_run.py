@@ -220,6 +220,122 @@ def test_usage_errors(tmp_path):
         assert wrong.returncode == 2 and message in wrong.stderr, wrong.stderr
 
 
+def two_free_ports() -> int:
+    """A port P such that P and P + 1 (where hcclpy run puts the rendezvous) are both free now."""
+    import socket
+
+    for _ in range(100):
+        port = free_port()
+        if port >= 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two adjacent free ports")
+
+
+@pytest.mark.parametrize("spelling", ["underscores", "dashes", "equals"])
+def test_torchrun_spellings_set_the_job_and_where_the_rendezvous_listens(tmp_path, spelling):
+    port = two_free_ports()
+    options = {
+        "underscores": ["--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0", "--master_addr", "127.0.0.1",
+                        "--master_port", str(port)],
+        "dashes": ["--nproc-per-node", "2", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                   "--master-port", str(port)],
+        "equals": ["--standalone", "--nproc-per-node=2", "--nnodes=1", "--node_rank=0", "--master-addr=127.0.0.1",
+                   f"--master_port={port}"],
+    }[spelling]
+    result = hcclpy_run(*options, script(tmp_path, ENV_DUMP), *TORCHRUN_VARIABLES, "HCCLPY_RENDEZVOUS_PORT")
+    assert result.returncode == 0, result.stderr
+    out = by_rank(result.stdout)
+    assert sorted(out) == [0, 1]
+    for rank, lines in out.items():
+        env = json.loads(lines[0])
+        assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (str(rank), "2", "2")
+        assert (env["NODE_RANK"], env["GROUP_WORLD_SIZE"]) == ("0", "1")
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", str(port))
+        assert env["HCCLPY_RENDEZVOUS_PORT"] == str(port + 1), "the rendezvous sits next to --master-port"
+
+
+def test_torchrun_spellings_run_a_two_rank_job():
+    port = two_free_ports()
+    result = hcclpy_run("--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0", "--master_addr", "127.0.0.1",
+                        "--master_port", str(port), "--timeout", str(TIMEOUT), str(REPO / "examples" / "allreduce.py"))
+    assert result.returncode == 0, result.stderr
+    assert by_rank(result.stdout) == {0: ["rank 0 of 2: [0.0, 2.0] OK"], 1: ["rank 1 of 2: [0.0, 2.0] OK"]}
+
+
+def test_an_abbreviation_of_both_spellings_of_one_option_is_that_option(tmp_path):
+    # --nproc matches --nproc-per-node and --nproc_per_node: one option, not an ambiguity.
+    result = hcclpy_run("--nproc", "2", script(tmp_path, "import os; print(os.environ['WORLD_SIZE'])\n"))
+    assert result.returncode == 0, result.stderr
+    assert by_rank(result.stdout) == {0: ["2"], 1: ["2"]}
+
+
+@pytest.mark.parametrize("typed, meant", [("--nproc_per_nodes", "--nproc-per-node"),
+                                          ("--nprocs-per-node", "--nproc-per-node"),
+                                          ("--master-adress=10.0.0.1", "--master-addr"),
+                                          ("--master_prot", "--master-port"),
+                                          ("--Node_Rank", "--node-rank"),
+                                          ("--time-out", "--timeout"),
+                                          ("--no-prefixes", "--no-prefix")])
+def test_an_unknown_option_is_refused_with_the_one_meant(tmp_path, typed, meant):
+    started = tmp_path / "started"
+    path = script(tmp_path, f"open({str(started)!r}, 'w').close()\n")
+    result = hcclpy_run(typed, "2", path)
+    assert result.returncode == 2
+    assert f"hcclpy run: error: unrecognized option {typed.split('=')[0]}; did you mean {meant}?" in result.stderr, \
+        result.stderr
+    assert "Traceback" not in result.stderr
+    assert not started.exists(), "no rank starts"
+
+
+def test_an_unknown_option_nothing_is_near_is_named(tmp_path):
+    result = hcclpy_run("--frobnicate", script(tmp_path, "pass\n"))
+    assert result.returncode == 2
+    assert "hcclpy run: error: unrecognized arguments: --frobnicate" in result.stderr, result.stderr
+
+
+def test_other_launchers_options_say_what_to_write_instead(tmp_path):
+    path = script(tmp_path, "pass\n")
+    mpirun = hcclpy_run("-np", "4", path)
+    assert mpirun.returncode == 2
+    assert "-np: that is mpirun's spelling; hcclpy run takes -n 4 (or --nproc-per-node 4" in mpirun.stderr, \
+        mpirun.stderr
+    for option in ("--rdzv-endpoint", "--rdzv_endpoint"):
+        rdzv = hcclpy_run(option, "host:29400", path)
+        assert rdzv.returncode == 2
+        assert f"{option}: torchrun's option, not hcclpy run's" in rdzv.stderr and "--master-addr" in rdzv.stderr, \
+            rdzv.stderr
+    restarts = hcclpy_run("--max-restarts=3", path)
+    assert restarts.returncode == 2 and "hcclpy run does not restart ranks" in restarts.stderr, restarts.stderr
+
+
+def test_several_nodes_need_a_master_port_and_standalone_is_one_node(tmp_path):
+    path = script(tmp_path, "pass\n")
+    several = hcclpy_run("--nproc_per_node", "2", "--nnodes", "2", path)
+    assert several.returncode == 2
+    assert "--master-port is required with --nnodes > 1" in several.stderr, several.stderr
+    standalone = hcclpy_run("--standalone", "--nnodes", "2", "--master-port", "29500", path)
+    assert standalone.returncode == 2
+    assert "--standalone is one node; --nnodes 2 asks for several" in standalone.stderr, standalone.stderr
+    outside = hcclpy_run("--nnodes", "1", "--node_rank", "1", path)
+    assert outside.returncode == 2 and "--node-rank 1 must be below --nnodes 1" in outside.stderr, outside.stderr
+
+
+def test_help_documents_one_spelling_and_names_the_others():
+    result = hcclpy_run("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "-n N, --nproc-per-node N" in text
+    assert "--nproc_per_node N" not in text and "-np" not in text.replace("--nproc", ""), text
+    assert "torchrun's underscore spellings are accepted too: --nproc_per_node, --node_rank, --master_addr, " \
+           "--master_port" in text, text
+
+
 def test_a_directory_runs_by_its_main_as_python_runs_it(tmp_path):
     app = tmp_path / "app"
     app.mkdir()

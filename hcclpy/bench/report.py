@@ -5,14 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 from .._units import format_bytes
 from .cases import IN_PLACE_BY_NATURE
 from .measure import Result, Row
 
-__all__ = ["average_busbw", "check_output", "check_plot", "footer", "hccl_test_table", "header", "print_row",
-           "write_csv", "write_json", "write_plot", "wrong_elements"]
+__all__ = ["average_busbw", "check_output", "check_plot", "footer", "hccl_test_table", "header", "plot_figure", "print_row",
+           "size_ticks", "write_csv", "write_json", "write_plot", "wrong_elements"]
 
 # hccl_test's names for the data types
 TYPE_NAMES = {"INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "UINT8": "uint8",
@@ -170,13 +170,62 @@ def write_csv(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
                                      "" if result.wrong is None else result.wrong])
 
 
-def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
-    """Bus bandwidth and time against size, log axes (needs matplotlib). Points at or below 0 (a
-    0-byte size, a bandwidth too small to print) have no place on a log axis and are left out; a
-    panel left with none says so, on linear axes."""
+# The most size labels a panel shows: "128 MiB" is about 0.6 inch wide at the plot's font, and a
+# panel about 4.5 inches.
+_MAX_SIZE_LABELS = 6
+
+
+def size_ticks(sizes: List[int], most: int = _MAX_SIZE_LABELS) -> Tuple[List[float], List[float]]:
+    """The labelled (major) and unlabelled (minor) x ticks of a plot of ``sizes`` (bytes, above 0).
+
+    Ticks sit at the powers of two from the smallest size to the largest. The first and the last
+    of them are labelled, and between them every 1st, 2nd, 5th, 10th, 20th or 50th exponent (the
+    smallest step that gives at most ``most`` labels; a multiple of it, so that with a step that
+    divides 10, 1 KiB, 1 MiB and 1 GiB are labelled), leaving out those less than a step from either
+    end; the other powers of two are minor ticks. Sizes holding fewer than two powers of two (sizes
+    stepped by ``-i`` inside one octave) are labelled at the sizes themselves, every k-th one from
+    the largest.
+
+    Examples
+    --------
+    >>> [format_bytes(int(x)) for x in size_ticks([8, 4096])[0]]
+    ['8 B', '64 B', '256 B', '1 KiB', '4 KiB']
+    >>> [format_bytes(int(x)) for x in size_ticks([8, 1 << 30])[0]]
+    ['8 B', '1 KiB', '32 KiB', '1 MiB', '32 MiB', '1 GiB']
+    """
+    low, high = min(sizes), max(sizes)
+    exponents = [k for k in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << k <= high]
+    if len(exponents) < 2:
+        ordered = sorted(set(sizes))
+        every = -(-len(ordered) // most)  # rounded up
+        major = ordered[::-1][::every][::-1]  # counted from the largest, which is always labelled
+        return [float(s) for s in major], [float(s) for s in ordered if s not in major]
+    first, last = exponents[0], exponents[-1]
+    for step in (1, 2, 5, 10, 20, 50):
+        labelled = [first] + [k for k in exponents if k % step == 0 and k - first >= step and last - k >= step]
+        labelled.append(last)
+        if len(labelled) <= most:
+            break
+    return [float(1 << k) for k in labelled], [float(1 << k) for k in exponents if k not in labelled]
+
+
+def plot_figure(rows: List[Row], meta: Dict[str, Any]) -> Any:
+    """The figure :func:`write_plot` saves (a ``matplotlib.figure.Figure``; close it with
+    ``matplotlib.pyplot.close``): bus bandwidth and time against size, on log axes.
+
+    The size axis is log 2, runs from the smallest size measured to the largest, and is labelled in
+    bytes (``8 B``, ``1 KiB``, ``64 MiB``) at the ticks :func:`size_ticks` picks, so that the labels
+    never overlap. Points at or below 0 (a 0-byte size, a bandwidth too small to print) have no
+    place on a log axis and are left out; a panel left with none says so, on linear axes."""
     _matplotlib()
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, NullFormatter
+
+    class PlainLogFormatter(LogFormatter):
+        """matplotlib's LogFormatter, writing 0.6 where it writes 6e-01."""
+
+        def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+            return f"{x:g}"
 
     figure, panels = plt.subplots(1, 2, figsize=(11, 4))
     for axes, title, value in zip(panels, ("bus bandwidth (GB/s)", "time per call (us)"), ("busbw", "time_us")):
@@ -185,23 +234,45 @@ def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
             points = [(size, getattr(cell, value)) for size, cell in cells
                       if cell is not None and size > 0 and getattr(cell, value) > 0]
             if points:
-                axes.plot(*zip(*points), marker="o", label=placement.replace("_", "-"))
-        axes.set_xlabel("size (bytes)")
+                # Not clipped: the axis ends at the largest size, and its marker sits on the frame.
+                axes.plot(*zip(*points), marker="o", label=placement.replace("_", "-"), clip_on=False)
+        axes.set_xlabel("size")
         axes.set_title(title)
         if not axes.lines:  # log axes of nothing warn, and a legend of nothing too
             axes.text(0.5, 0.5, "no data above 0", transform=axes.transAxes, ha="center", va="center")
             continue
+        sizes = sorted({int(x) for line in axes.lines for x in line.get_xdata()})
         axes.set_xscale("log", base=2)
-        axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_bytes(int(x))))
+        major, minor = size_ticks(sizes)
+        axes.xaxis.set_major_locator(FixedLocator(major))
+        axes.xaxis.set_minor_locator(FixedLocator(minor))
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_bytes(int(round(x)))))
+        axes.xaxis.set_minor_formatter(NullFormatter())
+        if len(sizes) > 1:
+            axes.set_xlim(sizes[0], sizes[-1])
+        else:  # one size: an octave either side of it
+            axes.set_xlim(sizes[0] / 2, sizes[0] * 2)
         axes.set_yscale("log")
         axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))  # 0.01, 1, 100
         # Labels between powers of 10 only when the values span less than one: else a narrow range
         # (times of 1.6 to 2.2 us) would show no label at all.
-        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+        axes.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
         axes.grid(True, which="both", alpha=0.3)
         axes.legend()
     figure.suptitle(f"hcclpy bench {meta['operation']}, {meta['nranks']} ranks, {meta['type']}, "
                     f"backend {meta['backend']}")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return figure
+
+
+def write_plot(rows: List[Row], meta: Dict[str, Any], path: str) -> None:
+    """Save :func:`plot_figure` of ``rows`` to ``path`` (needs matplotlib; the format is the
+    extension's, PNG without one)."""
+    _matplotlib()
+    import matplotlib.pyplot as plt
+
+    figure = plot_figure(rows, meta)
+    try:
+        figure.savefig(path, dpi=110)
+    finally:
+        plt.close(figure)

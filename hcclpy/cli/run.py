@@ -5,15 +5,24 @@
     hcclpy run -n 4 examples/allreduce.py                  # 4 ranks of a script
     hcclpy run -n 2 -m mypackage.train --epochs 3          # a module, with its own arguments
     hcclpy run -n 2 --nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500 train.py
+    hcclpy run --nproc_per_node 4 --master_port 29500 train.py   # torchrun's spellings work too
+
+The options are torchrun's (``-n`` is ``--nproc-per-node``), in its dash and underscore spellings
+(``--nproc_per_node``, ``--node_rank``, ``--master_addr``, ``--master_port``); ``--standalone``
+is accepted, one node being the default. An option it does not know is refused with the nearest
+one it does (:func:`hcclpy.cli.main`); mpirun's ``-np`` and torchrun's rendezvous options
+(``--rdzv-endpoint``, ...) are refused saying what to write instead.
 
 Every rank is a child process (``python script.py args...``) with the variables torchrun sets:
 ``RANK`` (``node_rank * N + local rank``), ``WORLD_SIZE`` (``N * nnodes``), ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``NODE_RANK`` (the node rank), ``GROUP_WORLD_SIZE``,
-``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port the launcher
-picks when there is one node), plus ``HCCLPY_LAUNCHER=hcclpy-run`` and, unless already set,
-``HCCLPY_RENDEZVOUS_PORT`` (another free port with one node; with several, ``MASTER_PORT + 1``, or
-``MASTER_PORT - 1`` when ``MASTER_PORT`` is 65535: :func:`hcclpy.init` keeps off ``MASTER_PORT``,
-which torch.distributed's store takes in a script that uses both) and, with one node, a fresh
+``ROLE_RANK``, ``ROLE_WORLD_SIZE``, ``MASTER_ADDR`` (``--master-addr``) and ``MASTER_PORT``
+(``--master-port``, else a free port the launcher picks, which it may only with one node), plus
+``HCCLPY_LAUNCHER=hcclpy-run`` and, unless already set, ``HCCLPY_RENDEZVOUS_PORT``, the port
+:func:`hcclpy.init`'s rendezvous listens on at ``MASTER_ADDR`` (with ``--master-port P``,
+``P + 1``, or ``P - 1`` when P is 65535; without it, another free port: :func:`hcclpy.init` keeps
+off ``MASTER_PORT``, which torch.distributed's store takes in a script that uses both) and, with
+one node, a fresh
 ``HCCLPY_RENDEZVOUS_TOKEN``. :func:`hcclpy.init` reads them, so a script runs unchanged under
 ``hcclpy run``, torchrun, srun or mpirun. The rank variables of other launchers (Slurm, Open MPI,
 MPICH/PMI) are removed from the children's environment, so a job started inside an allocation sees
@@ -52,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import secrets
 import selectors
@@ -64,10 +74,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from . import _numbers
+from . import _numbers, _output
 
-__all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "rank_environment",
-           "rendezvous_port", "run"]
+__all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "next_port",
+           "rank_environment", "rendezvous_port", "run"]
 
 LAUNCHER = "hcclpy-run"
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
@@ -97,25 +107,74 @@ _FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGH
 
 # ------------------------------------------------------------------------------ command line
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, showing each option by its documented spellings only: the underscore forms
+    torchrun accepts too (``--nproc_per_node``) work but are not listed (the epilog names them)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        shown = [name for name in action.option_strings if "_" not in name]
+        if shown and len(shown) < len(action.option_strings):
+            action = copy.copy(action)
+            action.option_strings = shown
+        return super()._format_action_invocation(action)
+
+
+class _Refuse(argparse.Action):
+    """An option of another launcher that ``hcclpy run`` does not take: a usage error saying what
+    to write instead (``advice``, where ``{value}`` stands for the option's value, or ``...``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, advice: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.advice = advice
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        parser.error(f"{option_string}: {self.advice.format(value=values if values is not None else '...')}")
+
+
+# torchrun's options that hcclpy run has no counterpart for, and what to do instead.
+_TORCHRUN_ONLY = {
+    ("--rdzv-endpoint", "--rdzv_endpoint"): "hcclpy run has no rendezvous backends; give rank 0's address and "
+                                            "port as --master-addr HOST --master-port PORT",
+    ("--rdzv-backend", "--rdzv_backend"): "hcclpy run has no rendezvous backends; every node is given "
+                                          "--master-addr and --master-port",
+    ("--rdzv-id", "--rdzv_id"): "hcclpy run has no rendezvous backends; every node is given --master-addr and "
+                                "--master-port",
+    ("--max-restarts", "--max_restarts"): "hcclpy run does not restart ranks: when one fails, the job ends",
+}
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``hcclpy run`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    """Register ``hcclpy run`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``).
+
+    The options are torchrun's, in its two spellings (``--nproc-per-node`` and
+    ``--nproc_per_node``); ``--standalone`` is accepted (one node is what runs without
+    ``--nnodes``). mpirun's ``-np`` and torchrun's rendezvous options are usage errors that say
+    what to write instead."""
     parser = subparsers.add_parser(
         "run", help="start N local ranks of a script with a torchrun-compatible environment",
+        formatter_class=_HelpFormatter,
         description="Start N ranks of a Python script (or module) on this machine, with the environment "
         "variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), and show "
         "their output prefixed with [rank]. If a rank fails, the others are stopped and its exit code is "
         "returned; --timeout exits with 124.",
-        epilog="Everything after the script (or module) name is passed to it.")
-    parser.add_argument("-n", "--nproc-per-node", dest="nproc", type=_numbers.positive_int, default=1, metavar="N",
-                        help="ranks to start on this node (default 1)")
+        epilog="Everything after the script (or module) name is passed to it. torchrun's underscore spellings "
+        "are accepted too: --nproc_per_node, --node_rank, --master_addr, --master_port.")
+    parser.add_argument("-n", "--nproc-per-node", "--nproc_per_node", dest="nproc", type=_numbers.positive_int,
+                        default=1, metavar="N", help="ranks to start on this node (default 1)")
     parser.add_argument("--nnodes", type=_numbers.positive_int, default=1, metavar="K",
                         help="number of nodes, each running its own 'hcclpy run' (default 1)")
-    parser.add_argument("--node-rank", type=_numbers.non_negative_int, default=0, metavar="I",
-                        help="this node's index in 0..K-1 (default 0)")
-    parser.add_argument("--master-addr", default="127.0.0.1", metavar="A",
-                        help="address of the node hosting rank 0's rendezvous (default 127.0.0.1)")
-    parser.add_argument("--master-port", type=_numbers.port, default=None, metavar="P",
-                        help="port of that rendezvous; required with --nnodes > 1, else a free port is picked")
+    parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=_numbers.non_negative_int, default=0,
+                        metavar="I", help="this node's index in 0..K-1 (default 0)")
+    parser.add_argument("--master-addr", "--master_addr", dest="master_addr", default="127.0.0.1", metavar="A",
+                        help="address of the node hosting rank 0, where hcclpy.init's rendezvous listens "
+                             "(default 127.0.0.1)")
+    parser.add_argument("--master-port", "--master_port", dest="master_port", type=_numbers.port, default=None,
+                        metavar="P", help="MASTER_PORT for the ranks; hcclpy.init's rendezvous listens on P+1 "
+                                          "(P-1 for 65535). Required with --nnodes > 1; else two free ports "
+                                          "are picked")
+    parser.add_argument("--standalone", action="store_true",
+                        help="one node (as torchrun's --standalone): what runs without --nnodes anyway")
     parser.add_argument("--timeout", type=_numbers.seconds, default=None, metavar="S",
                         help="stop every rank after S seconds and exit with 124")
     parser.add_argument("--grace", type=_numbers.seconds, default=DEFAULT_GRACE, metavar="S",
@@ -128,6 +187,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="the target is a module name, run as 'python -m module'")
     kind.add_argument("--no-python", action="store_true",
                       help="the target is an executable, run directly rather than with Python")
+    parser.add_argument("-np", action=_Refuse, advice="that is mpirun's spelling; hcclpy run takes -n {value} "
+                                                      "(or --nproc-per-node {value}, as torchrun)")
+    for names, advice in _TORCHRUN_ONLY.items():
+        parser.add_argument(*names, action=_Refuse, advice=f"torchrun's option, not hcclpy run's: {advice}")
     parser.add_argument("target", metavar="script.py | module | program", help="what each rank runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     parser.set_defaults(handler=run, parser=parser)
@@ -137,6 +200,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Carry out ``hcclpy run`` with parsed arguments; return the launcher's exit status."""
     parser: argparse.ArgumentParser = args.parser
+    if args.standalone and args.nnodes > 1:
+        parser.error(f"--standalone is one node; --nnodes {args.nnodes} asks for several")
     if args.node_rank >= args.nnodes:
         parser.error(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes}")
     if args.nnodes > 1 and args.master_port is None:
@@ -156,7 +221,13 @@ def run(args: argparse.Namespace) -> int:
     port = args.master_port if args.master_port is not None else free_port(args.master_addr)
     ranks = [RankSpec(local_rank=local, nproc=args.nproc, nnodes=args.nnodes, node_rank=args.node_rank,
                       master_addr=args.master_addr, master_port=port) for local in range(args.nproc)]
-    return launch(command, ranks, timeout=args.timeout, grace=args.grace, prefix=args.prefix)
+    env = None
+    if args.master_port is not None:
+        # A port the user chose: the rendezvous sits next to it, as with several nodes, not on
+        # a free port picked at random.
+        env = dict(os.environ)
+        env.setdefault("HCCLPY_RENDEZVOUS_PORT", str(next_port(args.master_port)))
+    return launch(command, ranks, timeout=args.timeout, grace=args.grace, prefix=args.prefix, env=env)
 
 
 # ----------------------------------------------------------------------------- environment
@@ -212,11 +283,16 @@ def rendezvous_port(spec: RankSpec) -> int:
     ``torch.distributed`` too gives to torch's store. With one node a second free port; with
     several, the one after ``MASTER_PORT`` (every node's launcher must agree without talking)."""
     if spec.nnodes > 1:
-        return spec.master_port + 1 if spec.master_port < 65535 else spec.master_port - 1
+        return next_port(spec.master_port)
     while True:
         port = free_port(spec.master_addr)
         if port != spec.master_port:
             return port
+
+
+def next_port(master_port: int) -> int:
+    """The rendezvous port next to ``master_port``: the one after it, or the one before 65535."""
+    return master_port + 1 if master_port < 65535 else master_port - 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -286,6 +362,7 @@ class _Sink:
             self.out.flush()
         except (BrokenPipeError, ValueError):  # our own reader went away (| head): nothing to tell
             self.lost = True
+            _output.to_devnull(self.out)  # what the write left buffered goes nowhere, not to a flush's error
         except OSError as exc:  # a full disk, a terminal that hung up...: say so, once
             self.lost = True
             _message(f"cannot write the ranks' output to {self.name} ({exc.strerror or exc}); dropping it "

@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
             print("".join(f"export {name}={sh_quote(value)}\n" for name, value in env().items()), end="")
         else:
             print(build(force=args.force))
+    except BrokenPipeError:  # the reader of stdout left (| head): hcclpy.cli.main ends quietly
+        raise
     except (SimulatorBuildError, OSError) as exc:
         # SimulatorBuildError says what failed, cache directory problems included; OSError is the
         # rest (a lock another build held too long, an unreadable source): a message, not a traceback.
