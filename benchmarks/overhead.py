@@ -725,6 +725,23 @@ def report(rows: Dict[str, Any], meta: Dict[str, Any], markdown: bool) -> str:
     return "\n".join(out)
 
 
+def _torch_dispatch(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """The torch backend's 8-byte ``dist.all_reduce`` against torch's dispatch floor, printed after
+    the table (``torch_dispatch.py``: 2 spawned ranks); None, saying why, without torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("# torch is not installed: no torch dispatch row")
+        return None
+    sys.path.insert(0, str(HERE))
+    import torch_dispatch
+
+    result = torch_dispatch.measure(calls=max(args.calls // 4, 50), rounds=max(args.rounds, 3))
+    print()
+    print(torch_dispatch.report(result))
+    return result
+
+
 def _checkout() -> Optional[str]:
     """The commit of the checkout this script runs from (``+`` when hcclpy has local changes), if any."""
     def run(*cmd: str) -> subprocess.CompletedProcess:
@@ -780,6 +797,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--all-reduce-only", action="store_true", help="skip the other operations")
     parser.add_argument("--no-extras", action="store_true", help="skip the informational hcclpy all_reduce rows "
                         "(op as a string, stream omitted, in place)")
+    parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip the torch backend's "
+                        "dist.all_reduce against torch's dispatch floor (benchmarks/torch_dispatch.py, 2 ranks)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--json", metavar="PATH", help="write every sample and the summary to PATH")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -835,8 +854,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             "clock": args.clock, "rounds": args.rounds, "count": args.count, "dtype": args.dtype, "gc": args.gc,
             "hcclpy": hcclpy.__version__, "checkout": _checkout(), "others_cpus": _others(snapshot, _cpu_snapshot())}
     print(report(rows, meta, args.markdown))
+    dispatch = _torch_dispatch(args) if args.torch else None
     if args.json:
-        data = {"meta": meta, "variants": rows, "targets": targets(rows)}
+        data = {"meta": meta, "variants": rows, "targets": targets(rows), "torch_dispatch": dispatch}
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0

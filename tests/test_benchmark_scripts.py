@@ -4,6 +4,7 @@ results."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -118,6 +119,9 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
         assert len(row["samples_ns"]) == 2 and all(t > 0 for t in row["samples_ns"]), key
         if key.startswith("hcclpy_"):
             assert data["variants"][row["raw"]]["group"] == row["group"]
+    if importlib.util.find_spec("torch") is not None:  # the torch backend against torch's dispatch floor
+        dispatch = data["torch_dispatch"]
+        assert dispatch["sums_right"] and dispatch["hcclpy_us"] > 0 and dispatch["floor_us"] > 0, dispatch
     for key, row in data["variants"].items():
         if key.startswith("persistent_"):  # every operation's PersistentOp.start() too
             assert row["raw"] == key.replace("persistent_", "raw_", 1)

@@ -527,8 +527,9 @@ def test_a_group_keeps_its_buffers_until_it_has_run() -> None:
             gc.collect()
             canaries = [hcclpy.from_numpy(np.full(4096, 7.0, np.float32), device=c.device)
                         for c in comms for _ in range(6)]
-            assert [len(s._held) for s in streams] == [6, 6] and [s._grouped for s in streams] == [3, 3]
-        assert [s._grouped for s in streams] == [0, 0]
+            # The group holds its operations' buffers itself until HCCL has queued them.
+            assert [len(s._held) for s in streams] == [0, 0]
+        assert [len(s._held) for s in streams] == [6, 6]  # from the group's end, the streams hold them
         for s in streams:
             s.synchronize()
         assert all((c.to_numpy() == 7.0).all() for c in canaries), "a group's operation wrote into freed memory"
@@ -608,7 +609,7 @@ def test_a_group_on_another_thread_leaves_this_threads_streams_alone() -> None:
     holder.start()
     try:
         assert opened.wait(60)
-        assert grouped_stream._grouped == 1
+        assert len(grouped_stream._held) == 0  # the open group holds its operation's buffers
         for _ in range(3):
             with hcclpy.group():  # this thread's own groups too: they end within the loop
                 for c, s in zip(comms, own_streams):
@@ -616,14 +617,15 @@ def test_a_group_on_another_thread_leaves_this_threads_streams_alone() -> None:
             for s in own_streams:
                 s.synchronize()
             assert [len(s._held) for s in own_streams] == [0, 0]
-        assert comms[0].health()["pending"] == 1  # only the open group's all_reduce
+        # The open group's all_reduce is recorded once HCCL queues it, when the group ends.
+        assert comms[0].health()["pending"] == 0
     finally:
         close.set()
         holder.join(60)
     _temporary_all_reduce(comms[1], 1.0, own_streams[1])
     for s in (grouped_stream, own_streams[1]):
         s.synchronize()
-    assert grouped_stream._grouped == 0 and len(grouped_stream._held) == 0
+    assert len(grouped_stream._held) == 0
     for s in (grouped_stream, *own_streams):
         s.close()
     for c in comms:

@@ -83,8 +83,9 @@ def _queued(c: Call, stream: Stream, rc: int, keep: Tuple[Any, ...]) -> None:
     host look there for the work that uses an array)."""
     if rc:
         raise _ffi.hccl_failure(rc, c.name)
-    if _group.open_groups:  # a group is open somewhere: on this thread, the stream counts the operation
-        _group.count(stream)  # (before the record: see Stream.synchronize)
+    if _group.open_groups and _group.active():  # queued by HCCL when this thread's group ends: then
+        _group.defer(stream._device_id, keep, lambda: _queued(c, stream, 0, keep))  # record it and hold
+        return
     if _trace.enabled:
         comm = c.comm
         _trace.ring.append((_trace.now(), comm._trace_info, next(comm._trace_p2p if c.p2p else comm._trace_seq),

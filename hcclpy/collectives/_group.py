@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from .. import _ffi
-from ..runtime import Stream
 from ..runtime._memory import CLOSES
+from ..runtime._stream import drop_holder, holder
 
-__all__ = ["active", "after", "group"]
+__all__ = ["active", "after", "defer", "group"]
 
 
 class _State(threading.local):
     """The calling thread's group nesting and, inside a group, ``pending``: the callbacks for its
-    end, and ``streams``: the stream of each of its operations, which HCCL queues only when it
-    ends. ``depth`` is a class attribute, every thread's default: a thread-local attribute that
-    is missing would cost an exception on each lookup."""
+    end; ``deferred``: what each of its operations does once HCCL has queued it (when the group
+    ends); ``holders``: the keep-alive lists of their buffers until then, one per device. ``depth``
+    is a class attribute, every thread's default: a thread-local attribute that is missing would
+    cost an exception on each lookup."""
 
     depth = 0
 
 
 _state = _State()
-_lock = threading.Lock()  # guards ``open_groups`` and the streams' _grouped counts
-open_groups = 0  # groups open on every thread: while there are none, operations skip count()
+_lock = threading.Lock()  # guards ``open_groups``
+open_groups = 0  # groups open on every thread: while there are none, operations skip active()
 
 
 def active() -> bool:
@@ -37,14 +38,18 @@ def after(callback: Callable[[bool], None]) -> None:
     _state.pending.append(callback)
 
 
-def count(stream: Stream) -> None:
-    """An operation was queued on ``stream``: inside a group on the calling thread, the stream
-    counts it (``Stream._grouped``) until the group ends, since HCCL queues it only then:
-    meanwhile, waits on the stream neither let go of buffers nor mark work complete."""
-    if _state.depth:
-        with _lock:
-            stream._grouped += 1
-        _state.streams.append(stream)
+def defer(device_id: int, keep: Sequence[Any], queued: Callable[[], None]) -> None:
+    """An operation of the calling thread's group: HCCL queues it on its stream when the group
+    ends, so only then does ``queued()`` record it and hand ``keep`` to the stream. Until then a
+    keep-alive list of the group's holds ``keep`` (so that closing an array frees nothing the
+    operation will use), and the stream knows nothing of it: its waits neither cover the
+    operation nor let go of its buffers."""
+    holders = _state.holders
+    holding = holders.get(device_id)
+    if holding is None:
+        holding = holders[device_id] = holder(device_id)
+    holding.held.extend(keep)
+    _state.deferred.append(queued)
 
 
 @contextlib.contextmanager
@@ -69,7 +74,8 @@ def group() -> Iterator[None]:
         raise _ffi.hccl_failure(rc, "HcclGroupStart")
     if not active():
         _state.pending = []
-        _state.streams = []
+        _state.deferred = []
+        _state.holders = {}
     _state.depth += 1
     CLOSES[0] += 1  # persistent operations look at their buffers again (a group refuses batches)
     with _lock:
@@ -82,11 +88,17 @@ def group() -> Iterator[None]:
         with _lock:
             open_groups -= 1
         if _state.depth == 0:
-            # HCCL has queued the group's operations (or failed to): their streams stop counting them.
-            streams, _state.streams = _state.streams, []
-            with _lock:
-                for stream in streams:
-                    stream._grouped -= 1
+            # HCCL has queued the group's operations (or failed to): their streams hold their
+            # buffers from now on, and the flight recorder records them.
+            deferred, _state.deferred = _state.deferred, []
+            holders, _state.holders = _state.holders, {}
+            try:
+                if rc == 0:
+                    for queued in deferred:
+                        queued()
+            finally:
+                for holding in holders.values():
+                    drop_holder(holding)
             pending, _state.pending = _state.pending, []
             for callback in pending:
                 callback(rc == 0)

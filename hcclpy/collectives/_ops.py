@@ -127,12 +127,6 @@ def _reduces(comm: CommCore, operation: str, buf: Buffer, code: int) -> None:
         rules.aligned(buf, "send")
 
 
-def _moves(comm: CommCore, operation: str, buf: Buffer) -> None:
-    """The simulator's product profile's word on moving ``buf``'s dtype."""
-    if comm._profile is not None:
-        comm._profile.check(operation, buf.dtype)
-
-
 # C count and displacement arrays by value. Jobs repeat their layouts, and converting a tuple to a
 # C array costs more than the rest of the call; HCCL reads the arrays during the call only.
 _vectors: Dict[Tuple[int, ...], Any] = {}
@@ -260,7 +254,8 @@ def _broadcast(comm: CommCore, buf: Any, root: Any) -> Call:
     root = rules.rank(comm, root, "root")
     b = parse(buf, "buf")
     rules.on_device(comm, b, "buf")
-    _moves(comm, "broadcast", b)
+    if comm._profile is not None:
+        comm._profile.check("broadcast", b.dtype)
     if root != comm._rank and not b.writable:
         _writable(b, "buf", "broadcast")
     return call(comm, "HcclBroadcast", (b.ptr, b.count, b.dtype_c, root, handle), (b,),
@@ -278,7 +273,8 @@ def _all_gather(comm: CommCore, send: Any, recv: Any) -> Call:
     if rb.count != sb.count * size:
         raise ValueError(f"recv must hold send's count * size = {sb.count // sb.scale} * {size} = "
                          f"{sb.count // sb.scale * size} elements, it holds {rb.count // rb.scale}")
-    _moves(comm, "all_gather", sb)
+    if comm._profile is not None:
+        comm._profile.check("all_gather", sb.dtype)
     if rules.block_of(rb, sb, comm._rank) is None:
         raise ValueError("send overlaps recv; in place, send must be exactly this rank's block of recv")
     if not rb.writable:
@@ -303,7 +299,8 @@ def _all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Any, recv_d
         rb = parse(recv, "recv")
     rules.pair(comm, sb, rb)
     rules.fits(rb, counts, displs, "recv", "recv_counts" if recv_displs is None else "recv_counts and recv_displs")
-    _moves(comm, "all_gather_v", sb)
+    if comm._profile is not None:
+        comm._profile.check("all_gather_v", sb.dtype)
     rules.disjoint(sb, rb, "all_gather_v")
     if not rb.writable:
         _writable(rb, "recv", "all_gather_v")
@@ -328,7 +325,8 @@ def _scatter(comm: CommCore, send: Any, recv: Any, root: Any) -> Call:
         if rb.count * size > MAX_COUNT:
             raise ValueError(f"the root's send would hold recv's {rb.count} elements times {size} ranks, more than "
                              f"HCCL's largest supported count 0x{MAX_COUNT:X} ({MAX_COUNT}) per call")
-        _moves(comm, "scatter", rb)
+        if comm._profile is not None:
+            comm._profile.check("scatter", rb.dtype)
         if not rb.writable:
             _writable(rb, "recv", "scatter")
         return call(comm, "HcclScatter", (_NULL, rb.ptr, rb.count, rb.dtype_c, root, handle), (rb,), (WRITE,),
@@ -344,7 +342,8 @@ def _scatter(comm: CommCore, send: Any, recv: Any, root: Any) -> Call:
     if sb.count != rb.count * size:
         raise ValueError(f"send must hold recv's count * size = {rb.count // rb.scale * size} elements, it holds "
                          f"{sb.count // sb.scale}")
-    _moves(comm, "scatter", rb)
+    if comm._profile is not None:
+        comm._profile.check("scatter", rb.dtype)
     if rules.block_of(sb, rb, root) is None:
         raise ValueError("recv overlaps send; in place, recv must be exactly the root's block of send")
     if not rb.writable:
@@ -364,7 +363,8 @@ def _all_to_all(comm: CommCore, send: Any, recv: Any) -> Call:
     if sb.count != rb.count or sb.count % (size * sb.scale):
         raise ValueError(f"send and recv must hold the same number of elements, a multiple of size {size}; got "
                          f"{sb.count // sb.scale} and {rb.count // rb.scale}")
-    _moves(comm, "all_to_all", sb)
+    if comm._profile is not None:
+        comm._profile.check("all_to_all", sb.dtype)
     rules.disjoint(sb, rb, "all_to_all")
     if not rb.writable:
         _writable(rb, "recv", "all_to_all")
@@ -390,7 +390,8 @@ def _all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Any, recv_c
         rb = parse(recv, "recv")
     rules.pair(comm, sb, rb)
     rules.fits(rb, rcounts, rdispls, "recv", "recv_counts" if recv_displs is None else "recv_counts and recv_displs")
-    _moves(comm, "all_to_all_v", sb)
+    if comm._profile is not None:
+        comm._profile.check("all_to_all_v", sb.dtype)
     rules.disjoint(sb, rb, "all_to_all_v")
     if not rb.writable:
         _writable(rb, "recv", "all_to_all_v")
@@ -418,7 +419,8 @@ def _all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any)
     if received > rb.count:
         raise ValueError(f"recv holds {rb.count // rb.scale} elements but column {rank} of send_count_matrix "
                          f"delivers {received // sb.scale}")
-    _moves(comm, "all_to_all_vc", sb)
+    if comm._profile is not None:
+        comm._profile.check("all_to_all_vc", sb.dtype)
     rules.disjoint(sb, rb, "all_to_all_vc")
     if not rb.writable:
         _writable(rb, "recv", "all_to_all_vc")
@@ -433,7 +435,8 @@ def _send(comm: CommCore, buf: Any, peer: Any) -> Call:
     handle = _handle(comm)
     b = parse(buf, "buf")
     rules.on_device(comm, b, "buf")
-    _moves(comm, "send", b)  # before the peer, as HCCL checks
+    if comm._profile is not None:  # before the peer, as HCCL checks
+        comm._profile.check("send", b.dtype)
     peer = rules.peer(comm, peer)
     return call(comm, "HcclSend", (b.ptr, b.count, b.dtype_c, peer, handle), (b,), (READ,), b.count, b.dtype_c, peer,
                 None, p2p=True)
@@ -443,7 +446,8 @@ def _recv(comm: CommCore, buf: Any, peer: Any) -> Call:
     handle = _handle(comm)
     b = parse(buf, "buf")
     rules.on_device(comm, b, "buf")
-    _moves(comm, "recv", b)
+    if comm._profile is not None:
+        comm._profile.check("recv", b.dtype)
     peer = rules.peer(comm, peer)
     if not b.writable:
         _writable(b, "buf", "recv")
@@ -492,7 +496,8 @@ def _batch_send_recv(comm: CommCore, items: Any) -> Call:
         argument = f"items[{index}] buffer"
         b = parse(buf, argument)
         rules.on_device(comm, b, argument)
-        _moves(comm, "batch_send_recv", b)
+        if comm._profile is not None:
+            comm._profile.check("batch_send_recv", b.dtype)
         peer = rules.peer(comm, peer, f"items[{index}] peer")
         if kind == "recv":
             _writable(b, argument, "batch_send_recv")

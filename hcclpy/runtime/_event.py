@@ -89,13 +89,8 @@ class Event:
             raise ValueError(f"stream is on device {stream._device_id} but the event was created on device "
                              f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
-        # Operations of an open group go on the stream when the group ends, after the record: the
-        # event's completion says nothing about them (mark 0 marks nothing). Read after the mark,
-        # as Stream.synchronize does, and before the call: a group that ends after the call
-        # queued its work after the record.
-        grouped = stream._grouped
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
-        self._recorded = (stream._progress, 0 if grouped else upto)
+        self._recorded = (stream._progress, upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.

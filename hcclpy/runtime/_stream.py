@@ -51,6 +51,20 @@ def holds(item: Any, target: Any, kind: type) -> bool:
     return item is target or (type(item) is kind and item._alloc is target)
 
 
+def holder(device_id: int) -> _Holdings:
+    """A keep-alive list of its own for device ``device_id``, seen by :meth:`DeviceArray.close` as
+    a stream's is, for work not queued on any stream yet; give it back with :func:`drop_holder`."""
+    holdings = _Holdings(device_id)
+    _registry.add(holdings)
+    return holdings
+
+
+def drop_holder(holdings: _Holdings) -> None:
+    """Forget a keep-alive list made by :func:`holder` (what it held is no longer needed there)."""
+    _registry.discard(holdings)
+    holdings.held = []
+
+
 def users(target: Any, device_id: int, kind: type) -> List["Stream"]:
     """The open streams of device ``device_id`` whose queued work holds ``target`` (see :func:`holds`)."""
     found = []
@@ -146,7 +160,7 @@ class Stream:
     """
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
-                 "_live_device", "_held", "_dropped", "_sealed", "_turn", "_grouped", "_holdings", "_progress",
+                 "_live_device", "_held", "_dropped", "_sealed", "_turn", "_holdings", "_progress",
                  "_sync", "_failed")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -179,10 +193,6 @@ class Stream:
         # buffers once, not twice as many (a count would also drop buffers of work queued since).
         self._dropped = 0
         self._turn = [True]  # taken to remove buffers from the front of _held, or to seal (see _let_go)
-        # How many operations of groups still open (on any thread) are for this stream: HCCL queues
-        # them when their group ends, so until then a stream found idle says nothing about them,
-        # and a wait neither marks them complete nor lets go of anything (see hcclpy.group).
-        self._grouped = 0
         self._progress = _trace.new_progress()  # what the flight recorder knows has completed here
         bound, cdata = _ffi.api(), self._ptr_cdata
         # Bound once: synchronize() is on the hot path. On a CANN without the timed wait, the
@@ -288,8 +298,7 @@ class Stream:
             self._dropped += len(segment)  # after the swap: see _held_end()
         finally:
             self._turn.append(True)
-        grouped = self._grouped  # before the query's C call: see synchronize()
-        if not self.query() and not grouped:  # (a drained stream lets go of everything)
+        if not self.query():  # (a drained stream lets go of everything)
             self._let_go(0, self._progress[0])  # a segment's mark equal to the progress may be later
 
     def _held_end(self) -> int:
@@ -342,18 +351,12 @@ class Stream:
         if timeout is None and self._live_device >= 0:  # the common call, with the checks inlined
             end = self._dropped + len(self._held)  # _held_end(), inlined
             upto = _now()
-            # After the mark: an operation of a group counts here before the flight recorder
-            # records it. Before the wait: a group that ends during the wait queues work the wait
-            # did not cover (see _grouped).
-            grouped = self._grouped
             rc = self._sync(self._ptr_cdata, WAIT_SLICE_MS)  # in slices, so that Ctrl-C can end it
             if rc:
                 if rc == _SYNC_TIMEOUT:
                     rc = wait_in_slices(partial(self._sync, self._ptr_cdata), -1, _SYNC_TIMEOUT)
                 if rc:
                     raise self._failure(rc, _sync_name(), upto)
-            if grouped:
-                return
             progress = self._progress
             if upto > progress[0]:
                 progress[0] = upto
@@ -382,14 +385,12 @@ class Stream:
         cdata = self._cdata()
         end = self._held_end()
         upto = _trace.mark()
-        grouped = self._grouped  # after the mark, before the wait: see synchronize()
         rc, name = wait_for(_ffi.api(), "aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeStream", (cdata,), ms,
                             _SYNC_TIMEOUT)
         if rc:
             raise self._failure(rc, name, upto, ms)
-        if not grouped:
-            _trace.completed(self._progress, upto)
-            self._let_go(end, upto)
+        _trace.completed(self._progress, upto)
+        self._let_go(end, upto)
 
     def _failure(self, rc: int, name: str, upto: int, ms: int = -1) -> Exception:
         """The exception for a wait (of ``ms`` milliseconds) that returned ``rc``. Anything but the
@@ -405,15 +406,13 @@ class Stream:
         bound = _ffi.api()
         end = self._held_end()
         upto = _trace.mark()
-        grouped = self._grouped  # after the mark, before the C call: see synchronize()
         rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
         if rc == _SYNC_TIMEOUT:
             return False
         if rc:
             raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
-        if not grouped:
-            _trace.completed(self._progress, upto)
-            self._let_go(end, upto)
+        _trace.completed(self._progress, upto)
+        self._let_go(end, upto)
         return True
 
     def wait_event(self, event: Event) -> None:
