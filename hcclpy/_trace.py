@@ -94,12 +94,14 @@ def new_progress() -> list:
     return [0, 0, 0]
 
 
-# A record: (mark = enqueue time in ns, (communicator name, rank, size, instance), sequence number,
-#            C function, count, dtype, detail, the stream's progress, the stream's handle).
-# The sequence number counts the communicator's collectives, or, for a send, a receive or a batch
-# of them (C function HcclSend, HcclRecv, HcclBatchSendRecv), its point-to-point calls apart; the
-# instance tells communicators of one name apart (the k-th of that name this rank created).
-# The collectives build it inline (a function call would double the cost).
+# A record in the ring: (mark = enqueue time in ns, sequence number, the call's own part, the
+# stream's progress, the stream's handle), where the call's own part — ((communicator name, rank,
+# size, instance), C function, count, dtype, detail) — is one tuple made with the call, shared by
+# every record of a persistent operation: a record costs the queuing of an operation little.
+# records() spreads them out. The sequence number counts the communicator's collectives, or, for a
+# send, a receive or a batch of them (C function HcclSend, HcclRecv, HcclBatchSendRecv), its
+# point-to-point calls apart; the instance tells communicators of one name apart (the k-th of
+# that name this rank created).
 
 
 def completed(progress: list, upto: int) -> None:
@@ -116,6 +118,8 @@ def failed(progress: list, upto: int) -> None:
 
 
 def records() -> List[tuple]:
-    """The records the ring holds, oldest first."""
+    """The records the ring holds, oldest first, each as ``(mark, communicator, sequence number,
+    C function, count, dtype, detail, progress, stream handle)``."""
     # list() copies the deque in one C call, which other threads' appends cannot interleave.
-    return sorted(list(ring), key=lambda r: r[0])
+    return [(mark, call[0], seq, *call[1:], progress, handle)
+            for mark, seq, call, progress, handle in sorted(list(ring), key=lambda r: r[0])]

@@ -20,6 +20,7 @@ from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, c
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
 from .runtime._device import DeviceLike, check_visible, visible_devices
+from .runtime._lifetime import CLOSES
 from .runtime._waits import seconds
 from .types import DataType
 
@@ -460,6 +461,7 @@ class Communicator(CommCore):
             raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")
         _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
         self._aborted = True
+        CLOSES[0] += 1  # persistent operations on it look again, and refuse to start
         log.warning("communicator '%s' aborted on rank %d", self._name, self._rank)
 
     def destroy(self, timeout: Optional[float] = None) -> None:
@@ -539,6 +541,7 @@ class Communicator(CommCore):
             log.info("communicator '%s' destroyed on rank %d", self._name, self._rank)
             self._handle = None
             self._closed_by = "destroyed"
+            CLOSES[0] += 1  # persistent operations on it look again, and refuse to start
             self._finalizer.detach()
         finally:
             lock.release()

@@ -125,7 +125,7 @@ def _holds(stream: hcclpy.Stream, array: hcclpy.DeviceArray) -> bool:
     """Whether ``stream`` keeps ``array``'s memory alive for queued work."""
     from hcclpy.runtime import _stream
 
-    return any(_stream.holds(item, array._alloc, hcclpy.DeviceArray) for item in stream._held)
+    return any(_stream.holds(item, array._alloc) for item in stream._held)
 
 
 def test_buffers_of_drained_work_are_let_go_without_a_synchronize(comm: hcclpy.Communicator) -> None:

@@ -54,7 +54,7 @@ class Buffer:
     reading its fields is the operations' most frequent step, and slots read fastest.)"""
 
     __slots__ = ("ptr", "address", "count", "dtype", "dtype_c", "itemsize", "device", "host", "keep", "scale",
-                 "shape", "writable", "ops", "source", "alloc")
+                 "shape", "writable", "ops", "source", "_alloc")
 
     ptr: Any                 # cffi pointer to the first element
     address: int             # the same pointer as an int
@@ -71,7 +71,8 @@ class Buffer:
     writable: bool           # results can be written straight into the caller's memory
     ops: Optional[FrozenSet[int]]  # the reduce op codes that reduce it right; None: all
     source: Any              # host memory to read from (a C-contiguous copy when the caller's is not)
-    alloc: Any               # a DeviceArray's allocation; else None
+    _alloc: Any              # a DeviceArray's allocation; else None (named as DeviceArray names it: a
+                             # stream holding a Buffer keeps that allocation, see hcclpy.runtime)
 
     @property
     def kind(self) -> str:
@@ -90,7 +91,7 @@ def _make(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[
     buf.ptr, buf.address, buf.count, buf.dtype, buf.dtype_c, buf.itemsize = (ptr, address, count, dtype, int(dtype),
                                                                              dtype.itemsize)
     buf.device, buf.host, buf.keep, buf.scale, buf.shape = device, host, keep, scale, shape
-    buf.writable, buf.ops, buf.source, buf.alloc = writable, ops, source, alloc
+    buf.writable, buf.ops, buf.source, buf._alloc = writable, ops, source, alloc
     return buf
 
 
@@ -271,7 +272,7 @@ def parse(buf: Any, argument: str) -> Buffer:
             alloc = buf._alloc
             spec = buf._spec = _make(buf._cptr, alloc.ptr + buf._offset, buf._size, buf._dtype, alloc.device_id,
                                      False, alloc, 1, buf._shape, True, None, None, alloc)
-        if spec.alloc.live_device < 0:
+        if spec._alloc.live_device < 0:
             raise ValueError(f"{argument} is a closed DeviceArray (its memory was freed)")
         return spec
     if isinstance(buf, np.ndarray):

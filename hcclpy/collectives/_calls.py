@@ -16,7 +16,8 @@ from typing import Any, Optional, Tuple
 from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import DeviceArray, Stream
-from ..runtime._memory import CLOSES, copy_bytes
+from ..runtime._lifetime import CLOSES
+from ..runtime._memory import copy_bytes
 from ..runtime._stream import HOLD_CHECK
 from . import _group, _staging
 from ._buffers import Buffer
@@ -30,22 +31,23 @@ _H2D, _D2H = 1, 2  # aclrtMemcpyKind
 class Call:
     """One operation, checked and ready to queue on any stream of its communicator's device."""
 
-    __slots__ = ("comm", "cfunc", "name", "args", "buffers", "roles", "keep", "count", "dtype", "detail", "p2p",
-                 "result", "host")
+    __slots__ = ("comm", "cfunc", "name", "args", "buffers", "roles", "count", "dtype", "detail", "p2p", "result",
+                 "host", "record", "seq")
 
     comm: CommCore
     cfunc: Any                      # the C function
     name: str                       # its name, for errors and the flight recorder
     args: tuple                     # its arguments but the last, the stream
-    buffers: Tuple[Buffer, ...]     # every buffer it reads or writes
+    buffers: Tuple[Buffer, ...]     # every buffer it reads or writes (held while queued work uses them)
     roles: Tuple[int, ...]          # READ and/or WRITE, for each buffer (what staging copies in and out)
-    keep: Tuple[Any, ...]           # what keeps their memory alive, held while queued work uses it
     count: int                      # for the flight recorder: elements,
     dtype: int                      # HCCL data type,
     detail: Any                     # reduce op, root or peer, (op, root), or -1
     p2p: bool                       # numbered with the point-to-point calls, not the collectives
     result: Any                     # what the operation returns
     host: bool                      # its buffers are NumPy arrays: staged through device memory
+    record: tuple                   # what the flight recorder keeps of it (see hcclpy._trace)
+    seq: Any                        # the counter that numbers it there (collectives, or point-to-point calls)
 
 
 def call(comm: CommCore, name: str, args: tuple, buffers: Tuple[Buffer, ...], roles: Tuple[int, ...], count: int,
@@ -54,9 +56,10 @@ def call(comm: CommCore, name: str, args: tuple, buffers: Tuple[Buffer, ...], ro
     and device buffers included: see :func:`._rules.same_dtype`)."""
     c = object.__new__(Call)
     c.comm, c.cfunc, c.name, c.args, c.buffers, c.roles = comm, getattr(comm._api, name), name, args, buffers, roles
-    c.keep = tuple([buf.keep for buf in buffers])
     c.count, c.dtype, c.detail, c.p2p, c.result = count, dtype, detail, p2p, result
     c.host = buffers[0].host if buffers else False
+    c.record = (comm._trace_info, name, count, dtype, detail)
+    c.seq = comm._trace_p2p if p2p else comm._trace_seq
     return c
 
 
@@ -79,17 +82,16 @@ def stream_of(comm: CommCore, stream: Optional[Stream]) -> Stream:
 
 def _queued(c: Call, stream: Stream, rc: int, keep: Tuple[Any, ...]) -> None:
     """After the C call of ``c`` on ``stream`` returned ``rc``: raise its failure, or record it and
-    keep ``keep`` alive until the stream is done with it (DeviceArray.close and reads from the
-    host look there for the work that uses an array)."""
+    keep ``keep`` alive until the stream is done with it: its Buffers (a DeviceArray's is made
+    once, so holding it makes no object per call), or the staging's scratch arrays. DeviceArray.close
+    and reads from the host look there for the work that uses an allocation (``_alloc``)."""
     if rc:
         raise _ffi.hccl_failure(rc, c.name)
     if _group.open_groups and _group.active():  # queued by HCCL when this thread's group ends: then
         _group.defer(stream._device_id, keep, lambda: _queued(c, stream, 0, keep))  # record it and hold
         return
     if _trace.enabled:
-        comm = c.comm
-        _trace.ring.append((_trace.now(), comm._trace_info, next(comm._trace_p2p if c.p2p else comm._trace_seq),
-                            c.name, c.count, c.dtype, c.detail, stream._progress, stream._handle))
+        _trace.ring.append((_trace.now(), next(c.seq), c.record, stream._progress, stream._handle))
     held = stream._held
     held.extend(keep)
     if len(held) > HOLD_CHECK:
@@ -102,7 +104,7 @@ def launch(c: Call, stream: Optional[Stream]) -> Any:
     if c.host:
         return _staged(c, stream)
     st = stream if type(stream) is Stream and stream._live_device == c.comm._device_id else stream_of(c.comm, stream)
-    _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.keep)
+    _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.buffers)
     return c.result
 
 
@@ -165,16 +167,20 @@ class PersistentOp:
     >>> s.synchronize(); step.close()
     """
 
-    __slots__ = ("_call", "_stream", "_args", "_checked", "_no_group")
+    __slots__ = ("_call", "_stream", "_args", "_checked", "_no_group", "_fast")
 
     def __init__(self, c: Call, stream: Optional[Stream]) -> None:
         self._call: Optional[Call] = c
         self._stream = None if stream is None else stream_of(c.comm, stream)
         # The C arguments with the stream it was made for: a start there builds no tuple.
         self._args = None if self._stream is None else c.args + (self._stream._ptr_cdata,)
-        self._checked = CLOSES[0]  # the count of closed arrays when the buffers were last found open
+        # The count of closes (arrays, streams, communicators) when what it uses was last found
+        # open: while nothing closes, a start checks nothing else.
+        self._checked = CLOSES[0]
         # HCCL refuses a batch between HcclGroupStart and HcclGroupEnd.
         self._no_group = c.name == "HcclBatchSendRecv"
+        # A start without stream= on device buffers queues on the stream it was made for.
+        self._fast = self._stream is not None and not c.host
 
     @property
     def closed(self) -> bool:
@@ -198,13 +204,18 @@ class PersistentOp:
         return c
 
     def _check(self) -> Call:
-        """Refuse a start the operation can no longer make (asked when some array was closed, or
-        a group opened, since the last start found everything open)."""
+        """Refuse a start the operation can no longer make (asked when something was closed, or a
+        group opened, since the last start found everything open)."""
         c = self._live()
         closes = CLOSES[0]  # read first: a close during the check counts again
+        comm = c.comm
+        if comm._handle is None or comm._aborted:
+            comm._refuse_use()
         for buf in c.buffers:
-            if buf.alloc is not None and buf.alloc.live_device < 0:
+            if buf._alloc is not None and buf._alloc.live_device < 0:
                 raise ValueError(f"{c.name[4:]} cannot start: one of its device arrays was closed")
+        if self._stream is not None:
+            stream_of(comm, self._stream)  # refuses a closed stream
         if self._no_group and _group.active():
             raise RuntimeError("batch_send_recv cannot run inside hcclpy.group(): HCCL refuses HcclBatchSendRecv "
                                "between HcclGroupStart and HcclGroupEnd")
@@ -219,23 +230,19 @@ class PersistentOp:
         Raises
         ------
         ValueError
-            If it was closed, one of its device arrays was closed, or its communicator destroyed.
+            If it was closed, one of its device arrays or its stream was closed, or its
+            communicator destroyed or aborted.
         """
         c = self._call
         if c is None or self._checked != CLOSES[0]:
             c = self._check()
-        comm = c.comm
-        if comm._handle is None or comm._aborted:
-            comm._refuse_use()
+        if stream is None and self._fast:
+            _queued(c, self._stream, c.cfunc(*self._args), c.buffers)
+            return c.result
         if c.host:
             return _staged(c, stream)
-        if stream is None or stream is self._stream:
-            st = self._stream
-            if st is not None and st._live_device >= 0:
-                _queued(c, st, c.cfunc(*self._args), c.keep)
-                return c.result
-        st = stream_of(comm, stream)
-        _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.keep)
+        st = stream_of(c.comm, stream)
+        _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.buffers)
         return c.result
 
     def close(self) -> None:
@@ -243,6 +250,7 @@ class PersistentOp:
         Idempotent."""
         self._call = None
         self._stream = self._args = None
+        self._fast = False
 
     def __enter__(self) -> "PersistentOp":
         self._live()

@@ -7,7 +7,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from .. import _ffi
-from ..runtime._memory import CLOSES
+from ..runtime._lifetime import CLOSES
 from ..runtime._stream import drop_holder, holder
 
 __all__ = ["active", "after", "defer", "group"]

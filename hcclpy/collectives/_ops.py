@@ -82,7 +82,7 @@ def _new(comm: CommCore, like: Buffer, shape: Tuple[int, ...], operation: str, z
                          "check the counts")
     if like.host:
         return (np.zeros if zeroed else np.empty)(shape, like.source.dtype)
-    if like.alloc is not None:
+    if like._alloc is not None:
         array = empty(shape, like.dtype, device=comm._device)
         if zeroed:
             array.fill_zero()
@@ -123,7 +123,7 @@ def _reduces(comm: CommCore, operation: str, buf: Buffer, code: int) -> None:
                          "complex arrays reduce with sum only")
     if comm._profile is not None:
         comm._profile.check(operation, buf.dtype, code)
-    if buf.alloc is None and not buf.host:  # (a DeviceArray is always aligned: its views start at elements)
+    if buf._alloc is None and not buf.host:  # (a DeviceArray is always aligned: its views start at elements)
         rules.aligned(buf, "send")
 
 
@@ -155,7 +155,7 @@ def _all_reduce(comm: CommCore, send: Any, recv: Any, op: Any) -> Call:
     else:
         rb = parse(recv, "recv")
         rules.twins(comm, sb, rb, "all_reduce")
-    if sb.ops is not None or comm._profile is not None or sb.alloc is None:  # else nothing to refuse
+    if sb.ops is not None or comm._profile is not None or sb._alloc is None:  # else nothing to refuse
         _reduces(comm, "all_reduce", sb, code)
     if not rb.writable:
         _writable(rb, "send" if rb is sb else "recv", "all_reduce")
@@ -181,7 +181,7 @@ def _reduce(comm: CommCore, send: Any, recv: Any, op: Any, root: Any) -> Call:
     else:
         rb = parse(recv, "recv")
         rules.twins(comm, sb, rb, "reduce")
-        if rb.alloc is None and not rb.host:
+        if rb._alloc is None and not rb.host:
             rules.aligned(rb, "recv")
     _reduces(comm, "reduce", sb, code)
     if not rb.writable:
@@ -206,7 +206,7 @@ def _reduce_scatter(comm: CommCore, send: Any, recv: Any, op: Any) -> Call:
         raise ValueError(f"send must hold recv's count * size = {rb.count // rb.scale} * {size} = "
                          f"{rb.count // rb.scale * size} elements, it holds {sb.count // sb.scale}")
     _reduces(comm, "reduce_scatter", sb, code)
-    if rb.alloc is None and not rb.host:
+    if rb._alloc is None and not rb.host:
         rules.aligned(rb, "recv")
     if rules.block_of(sb, rb, comm._rank) is None:
         raise ValueError("recv overlaps send; in place, recv must be exactly this rank's block of send")
@@ -237,7 +237,7 @@ def _reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Any, se
         raise ValueError(f"recv holds {rb.count // rb.scale} elements but send_counts[{comm._rank}] = "
                          f"{mine // sb.scale}")
     _reduces(comm, "reduce_scatter_v", sb, code)
-    if rb.alloc is None and not rb.host:
+    if rb._alloc is None and not rb.host:
         rules.aligned(rb, "recv")
     rules.disjoint(sb, rb, "reduce_scatter_v")
     if not rb.writable:

@@ -178,7 +178,7 @@ def twins(comm: CommCore, send: Buffer, recv: Buffer, operation: str) -> None:
     if send.count != recv.count:
         raise ValueError(f"send has {send.count // send.scale} elements but recv {recv.count // recv.scale}; "
                          f"{operation} needs the same count")
-    if (send.address != recv.address and (send.alloc is None or send.alloc is recv.alloc or recv.alloc is None)
+    if (send.address != recv.address and (send._alloc is None or send._alloc is recv._alloc or recv._alloc is None)
             and overlap(send, recv)):  # (two allocations never share memory)
         raise ValueError("send and recv overlap without being the same buffer")
 
@@ -219,7 +219,7 @@ def aligned(buf: Buffer, argument: str) -> None:
 
 def overlap(a: Buffer, b: Buffer) -> bool:
     """Whether two non-empty buffers share memory (host buffers by their own addresses too)."""
-    if a.host != b.host or (a.alloc is not None and b.alloc is not None and a.alloc is not b.alloc):
+    if a.host != b.host or (a._alloc is not None and b._alloc is not None and a._alloc is not b._alloc):
         return False  # (arrays of two allocations never share memory)
     a_end = a.address + a.count * a.itemsize
     b_end = b.address + b.count * b.itemsize

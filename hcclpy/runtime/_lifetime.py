@@ -6,6 +6,12 @@ import warnings
 import weakref
 from typing import Any, Callable, Optional
 
+# How many times something work can use was closed (a DeviceArray, a Stream, a communicator
+# destroyed or aborted; hcclpy.group() counts too), in a list so that importers see it change. A
+# persistent operation that found what it uses open stays sure of it while the count does not
+# change (any change will do: no lock needed).
+CLOSES = [0]
+
 
 class Releaser:
     """Holds what it takes to release one handle; the finalizer sees this, never the owning object.

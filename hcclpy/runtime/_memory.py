@@ -12,7 +12,7 @@ import numpy as np
 from .. import _ffi
 from ..types import DataType, as_datatype, numpy_dtype
 from ._device import Device, DeviceLike, check_visible
-from ._lifetime import attach, close_now
+from ._lifetime import CLOSES, attach, close_now
 from . import _stream
 from ._stream import Stream
 
@@ -24,10 +24,6 @@ _H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
 _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
 
 
-# How many times DeviceArray.close() has run (hcclpy.group() counts too), in a list so that
-# importers see it change. A memo of arrays checked to be open stays valid while it does not (any
-# change will do: no lock needed).
-CLOSES = [0]
 _MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an allocation
 
 # Allocations closed while a stream still held an array of them for queued work, by id: freed
@@ -69,7 +65,7 @@ def _device_of(device: Any) -> Device:
 def _held_by_a_stream(alloc: "_Allocation") -> bool:
     """True if a stream (open, or parked after collection) keeps ``alloc`` alive for queued work:
     an array of it, or the allocation itself (which the operations hold for their arrays)."""
-    return any(_stream.holds(item, alloc, DeviceArray) for item in _stream.held_objects(alloc.device_id))
+    return any(_stream.holds(item, alloc) for item in _stream.held_objects(alloc.device_id))
 
 
 def _free_deferred() -> None:
@@ -100,7 +96,7 @@ def settle(alloc: "_Allocation", stream: Optional[Stream] = None) -> None:
     waits for those streams (``stream`` None: the access happens now), or ``stream`` waits for them
     on the device. The streams' keep-alive lists say which work that is; with nothing queued, it
     costs a look at empty lists and no C call."""
-    for user in _stream.users(alloc, alloc.device_id, DeviceArray):
+    for user in _stream.users(alloc, alloc.device_id):
         if stream is None:
             user.synchronize()
         elif user is not stream:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 from .. import _ffi, _trace
 from ..errors import AclErrorCode, HcclpyError
 from ._device import Device, DeviceLike, check_visible
-from ._lifetime import attach
+from ._lifetime import CLOSES, attach
 from ._waits import WAIT_SLICE_MS, seconds, wait_for, waited, wait_in_slices
 
 if TYPE_CHECKING:
@@ -45,10 +45,10 @@ class _Holdings:
             yield from segment[:]
 
 
-def holds(item: Any, target: Any, kind: type) -> bool:
-    """Whether a held ``item`` keeps ``target``, an allocation, alive: it is ``target``, or an
-    object of type ``kind`` (a DeviceArray) whose ``_alloc`` is ``target``."""
-    return item is target or (type(item) is kind and item._alloc is target)
+def holds(item: Any, target: Any) -> bool:
+    """Whether a held ``item`` keeps ``target``, an allocation, alive: it is ``target``, or names it
+    as its ``_alloc`` (a DeviceArray, or the operations' description of one)."""
+    return item is target or getattr(item, "_alloc", None) is target
 
 
 def holder(device_id: int) -> _Holdings:
@@ -65,13 +65,13 @@ def drop_holder(holdings: _Holdings) -> None:
     holdings.held = []
 
 
-def users(target: Any, device_id: int, kind: type) -> List["Stream"]:
+def users(target: Any, device_id: int) -> List["Stream"]:
     """The open streams of device ``device_id`` whose queued work holds ``target`` (see :func:`holds`)."""
     found = []
     for holdings in _registry.copy():
         if holdings.device_id == device_id and holdings.stream is not None:
             stream = holdings.stream()
-            if stream is not None and any(holds(item, target, kind) for item in holdings.objects()):
+            if stream is not None and any(holds(item, target) for item in holdings.objects()):
                 found.append(stream)
     return found
 
@@ -464,6 +464,7 @@ class Stream:
         """Close; ``wait=False`` (a failed default stream being replaced) does not wait for work
         still pending: the stream is then destroyed later, once idle, as a collected one is."""
         self._live_device = -1
+        CLOSES[0] += 1
         if self._finalizer.detach() is not None:  # (None: closed already)
             try:
                 _release(_ffi.api(), self._ptr_cdata, self._holdings, self._owned, wait)
