@@ -127,18 +127,25 @@ def _reduces(comm: CommCore, operation: str, buf: Buffer, code: int) -> None:
         rules.aligned(buf, "send")
 
 
-# C count and displacement arrays by value. Jobs repeat their layouts, and converting a tuple to a
-# C array costs more than the rest of the call; HCCL reads the arrays during the call only.
-_vectors: Dict[Tuple[int, ...], Any] = {}
+# C arrays by value: count and displacement vectors (uint64_t[]), and the item arrays of batches of
+# device buffers (HcclSendRecvItem[]). Jobs repeat their layouts and batches, and converting a
+# tuple to a C array costs more than the rest of the call; HCCL reads the arrays during the call
+# only. One bound for all: a job that changes its layout every call keeps 256 of each kind.
+_C_ARRAYS: Dict[str, Dict[tuple, Any]] = {"uint64_t[]": {}, "HcclSendRecvItem[]": {}}
+
+
+def _c_array(ctype: str, values: tuple) -> Any:
+    made = _C_ARRAYS[ctype]
+    array = made.get(values)
+    if array is None:
+        if len(made) >= 256:
+            made.clear()
+        array = made[values] = _ffi.new(ctype, values or 1)
+    return array
 
 
 def _vector(values: Tuple[int, ...]) -> Any:
-    vector = _vectors.get(values)
-    if vector is None:
-        if len(_vectors) >= 256:  # bounded: a job that changes its layout every call keeps 256
-            _vectors.clear()
-        vector = _vectors[values] = _ffi.new("uint64_t[]", values or (0,))
-    return vector
+    return _c_array("uint64_t[]", values)
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -508,7 +515,9 @@ def _batch_send_recv(comm: CommCore, items: Any) -> Call:
         raise TypeError("batch_send_recv mixes NumPy arrays with device buffers: pass NumPy arrays for every item "
                         "(they are staged through the device), or device buffers for every one")
     _receives_apart([(b.address, b.address + b.count * b.itemsize, role == WRITE) for b, role in zip(buffers, roles)])
-    c_items = _ffi.new("HcclSendRecvItem[]", rows or 1)
+    # NumPy arrays' pointers are new at every call, and would keep the arrays alive in the cache.
+    c_items = _ffi.new("HcclSendRecvItem[]", rows or 1) if buffers and buffers[0].host else \
+        _c_array("HcclSendRecvItem[]", tuple(rows))
     return call(comm, "HcclBatchSendRecv", (c_items, len(rows), handle), tuple(buffers), tuple(roles), len(rows), -1,
                 -1, None, p2p=True)
 
