@@ -5,8 +5,8 @@ staged through device memory when its buffers are NumPy arrays, or again and aga
 The operation definitions (:mod:`._ops`) check their arguments and build a ``Call``: the C
 function, its arguments but the stream, and its buffers with what it does to each (read,
 written). Everything that follows a C call — raising its failure, the flight record, keeping
-the buffers alive while queued work uses them, telling each written array which stream writes
-it — happens here, once for every path.
+the buffers alive while queued work uses them (which also tells a read from the host what work
+to wait for) — happens here, once for every path.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Optional, Tuple
 
 from .. import _ffi, _trace
 from .._comm_core import CommCore
-from ..runtime import DeviceArray, Stream
+from ..runtime import Stream
 from ..runtime._lifetime import CLOSES
 from ..runtime._memory import copy_bytes
 from ..runtime._stream import HOLD_CHECK

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import _ffi
 from .._comm_core import CommCore
-from ..runtime import DeviceArray, Stream, empty
+from ..runtime import Stream, empty
 from ..types import OpLike
 from . import _group
 from . import _rules as rules

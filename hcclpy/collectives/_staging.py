@@ -10,7 +10,7 @@ The scratch grows to the largest size used, in steps, so steady-state calls allo
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 from .._comm_core import CommCore
 from ..errors import AclError, HcclpyError
