@@ -45,7 +45,10 @@ def _copy_pieces(device: DeviceArray, pieces: Pieces, kind: int) -> None:
         pieces = [(pieces, device.nbytes)]
     at = device.ptr
     for address, nbytes in pieces:
-        copy_bytes(at, address, nbytes, kind) if kind == _H2D else copy_bytes(address, at, nbytes, kind)
+        if kind == _H2D:
+            copy_bytes(at, address, nbytes, kind)
+        else:
+            copy_bytes(address, at, nbytes, kind)
         at += nbytes
 
 

@@ -95,9 +95,6 @@ def _make(ptr: Any, address: int, count: int, dtype: DataType, device: Optional[
     return buf
 
 
-_ALL_OPS = frozenset(op._value_ for op in ReduceOp)
-
-
 def _device_buffer(address: int, count: int, dtype: DataType, device: Optional[int], keep: Any,
                    argument: str) -> Buffer:
     if not address and count:
