@@ -4,7 +4,7 @@
  *
  * The table restates the product documentation (reference: hccl_api.md §6.4).
  * hcclpy/profiles.py holds the same table for the binding's own checks;
- * tests/test_sim_profiles.py keeps the two in agreement, messages included. */
+ * tests/simulator/test_sim_profiles.py keeps the two in agreement, messages included. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -48,7 +48,7 @@ import pytest
 
 from hcclpy.cli.run import FOREIGN_RANK_VARIABLES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PAGES = sorted(path for path in DOCS.glob("*.md"))
 TIMEOUT = 60  # seconds per run; a launcher's own --timeout fires 30 s earlier

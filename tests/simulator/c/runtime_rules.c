@@ -8,7 +8,7 @@
  *
  * Memory errors of the destroy races show as crashes or wrong codes only sometimes; run this
  * program against a simulator built with -fsanitize=address to see every one
- * (tests/test_sim_runtime.py does).
+ * (tests/simulator/test_sim_runtime.py does).
  */
 #define _GNU_SOURCE
 #include <dirent.h>

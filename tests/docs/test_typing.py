@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("mypy", reason="the test extra installs mypy")
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _mypy(path: pathlib.Path) -> subprocess.CompletedProcess:
@@ -25,7 +25,7 @@ def _mypy(path: pathlib.Path) -> subprocess.CompletedProcess:
 
 
 def test_a_users_program_type_checks() -> None:
-    result = _mypy(ROOT / "tests" / "typing" / "user_program.py")
+    result = _mypy(ROOT / "tests" / "docs" / "typing" / "user_program.py")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,6 +1,6 @@
 """Ranks that call collectives in a different order or with different signatures are told so, on
 every rank, with both sides' calls and one exception type (CollectiveMismatchError), instead of
-corrupting data or hanging. tests/test_mismatch.py covers every argument that can differ, on
+corrupting data or hanging. tests/operations/test_mismatch.py covers every argument that can differ, on
 threads and processes, and what the communicator does afterwards."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A program written as hcclpy's users write them, annotated: ``mypy --strict`` must accept it
-(tests/test_typing.py). It is type-checked, not run."""
+(tests/docs/test_typing.py). It is type-checked, not run."""
 
 from __future__ import annotations
 

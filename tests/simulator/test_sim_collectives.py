@@ -1,8 +1,8 @@
 """Every HCCL operation x element type x reduction on the simulator, from a C program.
 
-``tests/c/collectives.c`` checks every output element bit for bit (fp16/bf16 reduced in fp32 and
+``tests/simulator/c/collectives.c`` checks every output element bit for bit (fp16/bf16 reduced in fp32 and
 rounded once, in rank order), that inputs are left alone and that nothing is written outside an
-output or into the gaps of a V-operation. ``tests/c/kernel_paths.c`` checks that the two builds of
+output or into the gaps of a V-operation. ``tests/simulator/c/kernel_paths.c`` checks that the two builds of
 the fp16/bf16 reductions store the same bits.
 """
 

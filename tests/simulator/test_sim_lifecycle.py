@@ -1,4 +1,4 @@
-"""Communicator lifecycles at their edges, from a C program (tests/c/lifecycle.c): sub-communicator
+"""Communicator lifecycles at their edges, from a C program (tests/simulator/c/lifecycle.c): sub-communicator
 ids the ranks disagree about fail at once naming both rank lists, a suspension with nothing in
 flight fails the other ranks' next operation at once, destroy right after a suspension always
 succeeds, a failed rank-table attempt leaves nothing that spoils the next, root infos are

@@ -12,7 +12,7 @@ hcclpy, except:
 No test may fail or error on hcclpy. The run takes a few minutes per world size on 2 cores, so
 the module is marked ``slow`` (and ``torch``); docs/torch.md gives the command:
 
-    python -m pytest tests/test_torch_conformance.py -m slow -v
+    python -m pytest tests/torch_backend/test_torch_conformance.py -m slow -v
 
 The suite's helpers import ``expecttest`` (a test-only package of PyTorch's); without it the
 module is skipped with that reason.

@@ -18,9 +18,9 @@ support (a receive from any source, sparse tensors) is skipped with the reason, 
 
 Run it directly (``TEMP_DIR`` and ``INIT_METHOD`` are set per test by the suite itself)::
 
-    BACKEND=hcclpy WORLD_SIZE=2 python tests/torch_conformance_suite.py --json out.json -k all_reduce
+    BACKEND=hcclpy WORLD_SIZE=2 python tests/torch_backend/torch_conformance_suite.py --json out.json -k all_reduce
 
-``tests/test_torch_conformance.py`` runs it for world sizes 2 and 3 and compares with gloo.
+``tests/torch_backend/test_torch_conformance.py`` runs it for world sizes 2 and 3 and compares with gloo.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 HOST_BYTES = 1 << 16  # each fixture host buffer (pageable and pinned)
 DEV_BYTES = 1 << 16  # each fixture device allocation

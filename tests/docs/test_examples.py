@@ -15,7 +15,7 @@ import pytest
 
 from hcclpy.cli.run import FOREIGN_RANK_VARIABLES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TIMEOUT = 120  # seconds per example run; the launcher's own --timeout fires first
 LINE = re.compile(r"^\[(\d+)\] (.*)$")

@@ -26,7 +26,7 @@ from hcclpy.types import DataType, ReduceOp
 
 import ranks
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = tuple(DataType)  # the 12 types the simulator moves (aliases are not listed twice)
 REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_v")
 P2P = ("send", "recv", "batch_send_recv")  # a 1-rank communicator has no peer to send to
