@@ -1,6 +1,9 @@
 """The documentation site builds without a single warning, and every example on its pages runs.
 
-How the pages in ``docs/`` mark their examples: a fenced block may be preceded (blank lines
+The repository's own front pages, ``README.md`` and ``CONTRIBUTING.md``, follow the same rules as
+the site's pages: every block they show runs here, or says why it cannot.
+
+How the pages mark their examples: a fenced block may be preceded (blank lines
 aside) by one HTML comment, which Markdown renders as nothing:
 
 ``<!-- run -->``
@@ -51,6 +54,11 @@ from hcclpy.cli.run import FOREIGN_RANK_VARIABLES
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PAGES = sorted(path for path in DOCS.glob("*.md"))
+FRONT_PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md"]
+CHECKED = FRONT_PAGES + PAGES  # every file whose blocks run
+README_MAX_LINES = 150  # the README is a front door; the site holds the rest
+# .ci/run runs this line; the README shows it as the way to run the tests.
+TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest'
 TIMEOUT = 60  # seconds per run; a launcher's own --timeout fires 30 s earlier
 FAST_FAIL = {"HCCL_CONNECT_TIMEOUT": "60", "HCCL_EXEC_TIMEOUT": "60"}
 LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -67,7 +75,7 @@ RANK_PREFIX = re.compile(r"^\[(\d+)\] ")
 
 @dataclass
 class Block:
-    page: str
+    page: str  # relative to the repository: "README.md", "docs/index.md"
     line: int  # 1-based line of the opening fence
     language: str
     text: str
@@ -77,7 +85,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"docs/{self.page}:{self.line}"
+        return f"{self.page}:{self.line}"
 
     @property
     def run(self) -> Optional[bool]:
@@ -89,6 +97,7 @@ def parse(path: Path) -> List[Block]:
     """The fenced blocks of a page, each with the comment before it (if any) applied."""
     blocks: List[Block] = []
     pending: Optional[re.Match] = None
+    page = path.relative_to(REPO).as_posix()
     lines = path.read_text().splitlines()
     i = 0
     while i < len(lines):
@@ -99,8 +108,8 @@ def parse(path: Path) -> List[Block]:
             pending = directive
         elif fence:
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == fence.group(1)), None)
-            assert end is not None, f"docs/{path.name}:{i + 1}: unterminated code block"
-            block = Block(path.name, i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:end]) + "\n")
+            assert end is not None, f"{page}:{i + 1}: unterminated code block"
+            block = Block(page, i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:end]) + "\n")
             if pending is not None:
                 block.directive = pending.group(1)
                 argument = pending.group(2) or ""
@@ -203,10 +212,10 @@ def output_mismatch(expected: str, actual: str, unordered: bool = False) -> Opti
     return None
 
 
-@pytest.mark.parametrize("page", [p.name for p in PAGES])
+@pytest.mark.parametrize("page", [p.relative_to(REPO).as_posix() for p in CHECKED])
 def test_examples_run(page, sim_home, tmp_path):
     """Every block of the page marked (or, for Python, defaulting) to run exits 0."""
-    blocks = parse(DOCS / page)
+    blocks = parse(REPO / page)
     unmarked = [b.where for b in blocks if not marked(b)]
     assert not unmarked, f"blocks with none of <!-- run -->, <!-- output -->, <!-- no-run: reason -->: {unmarked}"
     no_reason = [b.where for b in blocks if b.run is False and len(b.reason.split()) < 3]
@@ -271,7 +280,7 @@ def test_output_matching():
 
 def test_no_run_blocks_are_few():
     """Blocks that do not run are the exception: each says why, and there are few of them."""
-    skipped = [(b.where, b.reason) for page in PAGES for b in parse(page) if b.run is False]
+    skipped = [(b.where, b.reason) for page in CHECKED for b in parse(page) if b.run is False]
     assert len(skipped) <= 8, skipped
 
 
@@ -279,6 +288,36 @@ def test_every_page_is_in_the_navigation():
     config = (REPO / "mkdocs.yml").read_text()
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert {p for p in pages if f" {p}" not in config} == set()
+
+
+def test_readme_is_a_front_door():
+    """The README stays short, and shows the test command CI runs (``.ci/run``) as it is."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES, "move the detail to a page of docs/"
+    assert TEST_COMMAND in readme
+    assert TEST_COMMAND in (REPO / ".ci" / "run").read_text()
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", [p.relative_to(REPO).as_posix() for p in FRONT_PAGES])
+def test_front_page_links_resolve(page):
+    """The relative links of README.md and CONTRIBUTING.md (which ``mkdocs build`` does not check)
+    name files of the repository."""
+    text = (REPO / page).read_text()
+    targets = {m.group(1).split("#", 1)[0] for m in LINK.finditer(text)}
+    broken = [t for t in sorted(targets) if t and "://" not in t and not t.startswith("mailto:")
+              and not (REPO / t).exists()]
+    assert not broken, f"{page} links to missing files: {broken}"
+
+
+def test_performance_figure_is_the_committed_run():
+    """The performance page shows the figure of the run whose numbers it quotes: the site's copy
+    is ``benchmarks/results/compare.png`` byte for byte (after a new ``compare.py`` run, copy the
+    figure and update ``docs/performance.md``)."""
+    assert (DOCS / "images" / "compare.png").read_bytes() == \
+        (REPO / "benchmarks" / "results" / "compare.png").read_bytes()
 
 
 def inventory(site: Path) -> List[str]:
