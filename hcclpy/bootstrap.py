@@ -12,15 +12,21 @@ The root info travels, in order of preference: through a rank table (``rank_tabl
 
 The rendezvous port: ``HCCLPY_RENDEZVOUS_PORT`` when set; else ``MASTER_PORT``, except under
 torchrun, whose agent already serves its own store there (``TORCHELASTIC_USE_AGENT_STORE=True``):
-then one 1 to 1000 above it, derived from ``TORCHELASTIC_RUN_ID`` (as far below it when that
-would pass 65535); else, for launchers that set no port (Slurm, MPI), one derived from the job id;
-else 29500.
+then rank 0 listens on any free port and publishes it in that store (``master_port`` is 0); else,
+for launchers that set no port (Slurm, MPI), one derived from the job id; else 29500.
+
+The rendezvous admits only ranks that present the job's secret, which no other user can learn
+(``HCCLPY_RENDEZVOUS_TOKEN``, torchrun's store, or a private file for a job on one host: see
+``hcclpy._jobsecret``); a job across hosts with none of these is refused before anything starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
+import ipaddress
+import itertools
 import json
 import math
 import numbers
@@ -30,9 +36,11 @@ import tempfile
 import threading
 import time
 import zlib
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
+from . import _jobsecret
 from ._caller import warn_at_caller
+from ._progress import Progress
 from .communicator import Communicator, _rank_table_path
 from .config import CommConfig
 from .errors import CommTimeoutError
@@ -65,6 +73,7 @@ class LaunchInfo:
     master_port: int
     launcher: str
     job_id: str = ""  # what tells this job's ranks from another job's on the same hosts
+    single_host: bool = True  # False when the launcher says (or may mean) that ranks run on several hosts
 
 
 def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
@@ -91,13 +100,31 @@ def _port(env: Mapping[str, str], job_id: str) -> int:
     master = _port_env(env, "MASTER_PORT")
     if master is not None:
         if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            # torchrun's agent serves its own store on MASTER_PORT: every rank derives the same
-            # other port from it and the run id.
-            offset = 1 + zlib.crc32(env.get("TORCHELASTIC_RUN_ID", "").encode()) % 1000
-            return master + offset if master + offset <= 65535 else master - offset
+            # torchrun's agent serves its own store on MASTER_PORT: rank 0 listens on any free
+            # port and tells the others through that store.
+            return 0
         return master
     # Launchers without a rendezvous port: every rank derives the same one from the job id.
     return DEFAULT_PORT + 1 + zlib.crc32(job_id.encode()) % 20000 if job_id else DEFAULT_PORT
+
+
+def _single_host(env: Mapping[str, str], launcher: str, size: int, local_size: Optional[int]) -> bool:
+    """Whether every rank of the job runs on this host, as far as the launcher tells."""
+    if launcher == "slurm":
+        nodes = _int_env(env, "SLURM_STEP_NUM_NODES") or _int_env(env, "SLURM_JOB_NUM_NODES") or _int_env(env, "SLURM_NNODES")
+        if nodes is not None:
+            return nodes == 1
+    if local_size is not None:
+        return local_size >= size
+    # No local size: a rendezvous on a loopback address can only be reached from this host.
+    return _loopback(env.get("MASTER_ADDR") or "127.0.0.1")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
 
 
 def _hydra_proxy_pid() -> Optional[int]:
@@ -179,7 +206,7 @@ def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
         else:
             master = env.get("MASTER_ADDR") or "127.0.0.1"
         return LaunchInfo(rank, size, rank if local is None else local, size if local_size is None else local_size,
-                          master, _port(env, job_id), launcher, job_id)
+                          master, _port(env, job_id), launcher, job_id, _single_host(env, launcher, size, local_size))
     if partial is not None:  # each process would run alone: wrong results, and no error
         present, missing = partial
         raise ValueError(f"environment variable {present}={env[present]!r} is set but {missing} is not; a launcher "
@@ -393,23 +420,105 @@ def _connect_timeout() -> float:
 
 
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
-    token = job_token(launch.master_port, launch.job_id)
+    """The root info through rank 0's TCP rendezvous, with a secret only the job's ranks learn
+    (``hcclpy._jobsecret``): the user's, else one passed through torchrun's store, else one in a
+    file of this user's for a job on one host."""
+    if launch.launcher == "torchrun" and not (os.environ.get("MASTER_PORT") or os.environ.get("HCCLPY_RENDEZVOUS_PORT")):
+        raise ValueError(f"RANK={rank} and WORLD_SIZE={world_size} are set but MASTER_PORT is not, so the ranks "
+                         f"cannot meet: start the script with a launcher (hcclpy run -n {world_size} script.py, "
+                         "torchrun), or set MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) for every rank")
+    secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
+    store = _torchrun_store(timeout)
+    if not secret and store is None and not launch.single_host:
+        raise ValueError("this job's ranks run on several hosts and no secret reaches them all: set "
+                         "HCCLPY_RENDEZVOUS_TOKEN to the same random value on every rank (for example export "
+                         "HCCLPY_RENDEZVOUS_TOKEN=$(python -c 'import secrets; print(secrets.token_hex(16))') in "
+                         "the job script, before srun or mpirun), or pass mpi_comm=, or use torchrun")
+    host, port = launch.master_addr, launch.master_port
+    if store is not None:
+        key = f"hcclpy/rendezvous/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_rendezvous_number)}"
+    else:
+        key = f"{port}:{launch.job_id}:{world_size}"
     if rank == 0:
         info = RootInfo.generate(dev)
+        token = _jobsecret.from_secret(secret) if secret else _jobsecret.new_token()
+        # Published before rank 0 listens: a rank that reaches it reads this job's secret, not an earlier one's.
+        published = _jobsecret.publish(key, token) if not secret and store is None else None
         # HCCL gives up on a root info nobody joins within HCCL_CONNECT_TIMEOUT: waiting longer for
         # the ranks to fetch it would only end in that error.
         limit = min(timeout, _connect_timeout())
-        server = RendezvousServer(launch.master_addr, launch.master_port, world_size, token, info.to_bytes(), limit)
         try:
-            missing = server.wait()
-            if missing:
-                raise CommTimeoutError(_incomplete(server, missing, f"{launch.master_addr}:{launch.master_port}",
-                                                   limit))
-            return Communicator(world_size, info, 0, config=config, device=dev)
+            server = RendezvousServer(host, port, world_size, token, info.to_bytes(), limit)
+            try:
+                if store is not None:
+                    store.set(key, f"{server.address[1]} {token.hex()}")
+                missing = _wait_for_ranks(server, f"{host}:{server.address[1]}", limit)
+                if missing:
+                    raise CommTimeoutError(_incomplete(server, missing, f"{host}:{server.address[1]}", limit))
+                return Communicator(world_size, info, 0, config=config, device=dev)
+            finally:
+                server.close()
+                if store is not None:
+                    store.delete_key(key)
         finally:
-            server.close()
-    payload = fetch_root_info(launch.master_addr, launch.master_port, rank, world_size, token, timeout)
+            if published is not None:
+                _jobsecret.withdraw(published)
+    token_or_reader: Union[bytes, Callable[[], Optional[bytes]]]
+    if store is not None:
+        port, published_token = _read_store(store, key, rank, timeout)
+        token_or_reader = _jobsecret.from_secret(secret) if secret else published_token
+    elif secret:
+        token_or_reader = _jobsecret.from_secret(secret)
+    else:
+        token_or_reader = lambda: _jobsecret.read(key)  # noqa: E731 - read once rank 0 is reached
+    payload = fetch_root_info(host, port, rank, world_size, token_or_reader, timeout)
     return Communicator(world_size, RootInfo(payload), rank, config=config, device=dev)
+
+
+_rendezvous_number = itertools.count()  # this process's rendezvous through torchrun's store, for their keys
+
+
+def _torchrun_store(timeout: float) -> Any:
+    """The store torchrun's agent serves to its workers on ``MASTER_ADDR:MASTER_PORT``
+    (``TORCHELASTIC_USE_AGENT_STORE=True``), or None outside torchrun."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    try:
+        from torch.distributed import TCPStore
+    except ImportError as exc:
+        raise RuntimeError("torchrun started this process (TORCHELASTIC_USE_AGENT_STORE=True) but torch cannot be "
+                           f"imported ({exc}), and hcclpy.init() meets the other ranks through torchrun's store") from exc
+    return TCPStore(os.environ.get("MASTER_ADDR") or "127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+                    timeout=datetime.timedelta(seconds=timeout))
+
+
+def _read_store(store: Any, key: str, rank: int, timeout: float) -> Tuple[int, bytes]:
+    """The port and token rank 0 published in torchrun's store under ``key``."""
+    deadline = time.monotonic() + timeout
+    progress = Progress(timeout)
+    while True:
+        try:
+            store.wait([key], datetime.timedelta(seconds=max(0.01, min(1.0, deadline - time.monotonic()))))
+            break
+        except RuntimeError as exc:  # torch's DistStoreError: not there yet (or the store went away)
+            if time.monotonic() >= deadline:
+                raise CommTimeoutError(f"rank 0 did not publish its rendezvous in torchrun's store within "
+                                       f"{timeout:g} s ({exc})") from None
+            progress.tick(lambda: f"rank {rank} is waiting for rank 0 to publish its rendezvous in torchrun's store")
+    port, token = store.get(key).decode().split()
+    return int(port), bytes.fromhex(token)
+
+
+def _wait_for_ranks(server: RendezvousServer, where: str, limit: float) -> List[int]:
+    """Rank 0 waits for every rank to fetch the root info, saying every few seconds which have not;
+    returns the ranks that never did."""
+    progress = Progress(limit)
+    missing = server.wait(1.0)
+    while missing and not server.finished:
+        progress.tick(lambda: f"rank 0 is waiting for rank(s) {', '.join(map(str, missing))} to join the "
+                              f"rendezvous on {where}")
+        missing = server.wait(1.0)
+    return missing
 
 
 def _incomplete(server: RendezvousServer, missing: List[int], where: str, limit: float) -> str:

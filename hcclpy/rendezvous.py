@@ -13,9 +13,8 @@ exception: a host name other than ``localhost`` that this host resolves to a loo
 Debian's ``127.0.1.1 hostname`` line does) while the other nodes reach the host at its network
 address; then it listens on every interface. It answers malformed or hostile input with an error
 while staying up, and records the ranks it refuses (:attr:`RendezvousServer.refusals`), so that rank
-0 can tell a rank it refused from one it never heard from. A job token (``HCCLPY_RENDEZVOUS_TOKEN``,
-set to a random value by ``hcclpy run``) keeps stray clients out; without one, a token derived from
-the rendezvous port and the launcher's job id still separates jobs.
+0 can tell a rank it refused from one it never heard from. The job's token keeps everyone else out:
+:mod:`hcclpy.bootstrap` gives the server a secret only the job's ranks can learn (``hcclpy._jobsecret``).
 """
 
 from __future__ import annotations
@@ -28,8 +27,10 @@ import socket
 import struct
 import threading
 import time
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from ._jobsecret import from_secret
+from ._progress import Progress
 from .errors import CommTimeoutError, HcclpyError
 
 __all__ = ["Refusal", "RendezvousError", "RendezvousServer", "fetch_root_info", "free_port", "job_token",
@@ -50,9 +51,10 @@ class RendezvousError(HcclpyError):
 
 
 def job_token(master_port: int, job_id: str = "") -> bytes:
-    """The 32-byte token clients must present: ``HCCLPY_RENDEZVOUS_TOKEN`` if set, else derived from
-    the rendezvous port and the launcher's job id (``LaunchInfo.job_id``: it separates jobs, but is
-    not a secret).
+    """A 32-byte token: ``HCCLPY_RENDEZVOUS_TOKEN``'s if set, else one derived from the rendezvous
+    port and the launcher's job id (``LaunchInfo.job_id``), which separates jobs but is no secret:
+    fit only where the exchange itself is private (``hcclpy.init(store_path=...)``'s file). The TCP
+    rendezvous of :func:`hcclpy.init` never uses a derived token.
 
     The address is left out: nodes may spell rank 0's host differently (``localhost``,
     ``127.0.0.1``, a name, an address), and a client that reaches the server has the right one. The
@@ -65,10 +67,8 @@ def job_token(master_port: int, job_id: str = "") -> bytes:
     """
     secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
     if secret:
-        material = "secret:" + secret
-    else:
-        material = f"derived:{master_port}:{job_id}"
-    return hashlib.sha256(material.encode()).digest()
+        return from_secret(secret)
+    return hashlib.sha256(f"derived:{master_port}:{job_id}".encode()).digest()
 
 
 class Refusal(NamedTuple):
@@ -225,7 +225,7 @@ class RendezvousServer:
         """Why a HELLO is refused, or None to serve it (called with the lock held)."""
         if not hmac.compare_digest(token, self._token):
             return ("wrong job token: HCCLPY_RENDEZVOUS_TOKEN differs from rank 0's (or is set on one side only), "
-                    "or, with none set, the launcher's job id differs (another job on this port)")
+                    "or this rank is not of rank 0's job (another job, or another user, on this port)")
         if world_size != self._world_size:
             return f"world size mismatch: rank 0 has {self._world_size}, this rank says {world_size}"
         if not 0 < rank < self._world_size:
@@ -234,10 +234,11 @@ class RendezvousServer:
             return f"rank {rank} already joined (from {self._served[rank]}): duplicate RANK?"
         return None
 
-    def wait(self) -> List[int]:
-        """Wait until every rank was served, or the timeout passed or :meth:`close` was called;
-        return the ranks not served (empty: all were)."""
-        self._done.wait(max(0.0, self._deadline - time.monotonic()) + 1.0)
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
+        """Wait until every rank was served, the server's timeout passed or :meth:`close` was
+        called, or at most ``timeout`` seconds; return the ranks not served yet (empty: all were)."""
+        left = max(0.0, self._deadline - time.monotonic()) + 1.0
+        self._done.wait(left if timeout is None else min(left, timeout))
         with self._lock:
             return [r for r in range(1, self._world_size) if r not in self._served]
 
@@ -252,8 +253,13 @@ class RendezvousServer:
         self._thread.join(timeout=2.0)
 
 
-def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: bytes, timeout: float) -> bytes:
-    """Ask rank 0's rendezvous for the root info, retrying until ``timeout`` seconds have passed.
+def fetch_root_info(host: str, port: int, rank: int, world_size: int,
+                    token: Union[bytes, Callable[[], Optional[bytes]]], timeout: float) -> bytes:
+    """Ask rank 0's rendezvous for the root info, retrying until ``timeout`` seconds have passed,
+    and saying every few seconds that this rank waits.
+
+    ``token`` is the job's token, or a function that reads it once rank 0 is reached (None: not
+    published yet, try again), for a secret rank 0 publishes before it listens.
 
     Raises
     ------
@@ -263,13 +269,17 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: byt
         If rank 0 refused this rank.
     """
     deadline = time.monotonic() + timeout
+    progress = Progress(timeout)
     delay, last_error = 0.01, None
     while True:
         try:
             left = max(0.05, deadline - time.monotonic())
             with socket.create_connection((host, port), timeout=min(IO_TIMEOUT, left)) as sock:
                 sock.settimeout(min(IO_TIMEOUT, left))
-                _send_message(sock, HELLO, HELLO_BODY.pack(token, rank, world_size))
+                secret = token if isinstance(token, bytes) else token()
+                if secret is None:
+                    raise ConnectionError("rank 0 listens but has not published the job's secret")
+                _send_message(sock, HELLO, HELLO_BODY.pack(secret, rank, world_size))
                 kind, body = _read_message(sock)
         except (OSError, ConnectionError, ValueError) as exc:
             last_error = exc
@@ -282,6 +292,7 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int, token: byt
             raise CommTimeoutError(f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
                                    f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT (or "
                                    "HCCLPY_RENDEZVOUS_PORT) and that rank 0 started")
+        progress.tick(lambda: f"rank {rank} is waiting for rank 0's rendezvous at {host}:{port} ({last_error})")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 

@@ -232,7 +232,7 @@ def test_refusals_are_recorded_for_rank_0(servers: List[RendezvousServer], monke
     assert [(r.rank, r.peer) for r in server.refusals] == [(1, HOST), (2, HOST), (5, HOST), (1, HOST)]
     # Each reason is what the refused client was told.
     assert all(text.endswith(": " + r.reason) for text, r in zip(said, server.refusals))
-    assert "wrong job token" in server.refusals[0].reason and "job id" in server.refusals[0].reason
+    assert "wrong job token" in server.refusals[0].reason and "not of rank 0's job" in server.refusals[0].reason
     assert server.refusals[3].reason.startswith(f"rank 1 already joined (from {HOST})")
     # A flood of refused HELLOs is counted, but only the first few are kept.
     monkeypatch.setattr(rv, "MAX_REFUSALS", 6)

@@ -686,7 +686,8 @@ def test_two_simulated_nodes_form_one_world():
     port = str(free_port())
     nodes = [start_run("-n", "2", "--nnodes", "2", "--node-rank", str(node), "--master-port", port, "--timeout",
                        str(TIMEOUT), str(REPO / "examples" / "allreduce.py"),
-                       env={**os.environ, "HCCLPY_SIM_NODE": f"node{node}"}) for node in (0, 1)]
+                       env={**os.environ, "HCCLPY_SIM_NODE": f"node{node}",
+                            "HCCLPY_RENDEZVOUS_TOKEN": "the job's secret"}) for node in (0, 1)]
     outputs = []
     try:
         for launcher in nodes:
