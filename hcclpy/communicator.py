@@ -8,14 +8,14 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _ffi, collectives, trace
 from .collectives import _staging
 from ._comm_core import CommCore
-from .config import CommConfig
+from .config import CommConfig, ConfigLike
 from .errors import CommTimeoutError, HcclError, HcclResult, UnsupportedError, communicator_error
 from .rootinfo import ROOT_INFO_BYTES, RootInfo
 from .runtime import Device, device_count, empty
@@ -26,7 +26,6 @@ from .types import DataType
 
 __all__ = ["Communicator"]
 
-ConfigLike = Union[CommConfig, Mapping[str, Any], None]
 _UINT32_MAX = 0xFFFFFFFF
 _NON_MEMBER = 0xFFFFFFFF  # the sub-communicator id of ranks outside a split
 # Sub-communicator ids: the user's sub_id values are below _NON_MEMBER (they fit a uint32_t, as
@@ -188,7 +187,7 @@ class Communicator(CommCore):
 
     @classmethod
     def _from_handle(cls, handle: Any, device: Device, config: Optional[CommConfig], *, rank: Optional[int] = None,
-                     size: Optional[int] = None, is_sub: bool = False) -> "Communicator":
+                     size: Optional[int] = None, is_sub: bool = False) -> Communicator:
         self = object.__new__(cls)
         self._adopt(handle, device, config, rank=rank, size=size, is_sub=is_sub)
         return self
@@ -225,8 +224,8 @@ class Communicator(CommCore):
     # ----------------------------------------------------------------- other constructors
 
     @classmethod
-    def from_rank_table(cls, path: Union[str, "os.PathLike[str]"], rank: int, *, config: ConfigLike = None,
-                        device: Optional[DeviceLike] = None) -> "Communicator":
+    def from_rank_table(cls, path: Union[str, os.PathLike[str]], rank: int, *, config: ConfigLike = None,
+                        device: Optional[DeviceLike] = None) -> Communicator:
         """Create a communicator from a rank-table JSON file (``HcclCommInitClusterInfo``).
 
         No root info is exchanged: the table lists every rank's server and device. ``device`` must be
@@ -257,7 +256,7 @@ class Communicator(CommCore):
         return cls._from_handle(out[0], dev, cfg, rank=rank)
 
     @classmethod
-    def init_all(cls, devices: Sequence[Any]) -> List["Communicator"]:
+    def init_all(cls, devices: Sequence[Any]) -> List[Communicator]:
         """One communicator per device, all in this process (``HcclCommInitAll``); rank ``i`` runs on
         ``devices[i]``. Drive them from one thread with :func:`hcclpy.group`, or one thread each."""
         if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
@@ -277,7 +276,7 @@ class Communicator(CommCore):
         return [cls._from_handle(comms[i], Device(d), None, rank=i, size=len(ids)) for i, d in enumerate(ids)]
 
     def split(self, ranks: Sequence[int], *, config: ConfigLike = None,
-              sub_id: Optional[int] = None) -> Optional["Communicator"]:
+              sub_id: Optional[int] = None) -> Optional[Communicator]:
         """Create a sub-communicator of the parent ranks ``ranks`` (sorted; position = sub-rank).
 
         Without ``sub_id`` the split is collective over the parent: every parent rank calls it, with
@@ -355,7 +354,7 @@ class Communicator(CommCore):
         sub._is_sub = True
         return sub
 
-    def _split_members_only(self, members: List[int], sub_id: Any, cfg: Optional[CommConfig]) -> "Communicator":
+    def _split_members_only(self, members: List[int], sub_id: Any, cfg: Optional[CommConfig]) -> Communicator:
         if isinstance(sub_id, bool) or not isinstance(sub_id, (int, np.integer)) or not 0 <= sub_id < _NON_MEMBER:
             raise ValueError(f"sub_id={sub_id!r} must be an int in [0, {_NON_MEMBER - 1}] ({_NON_MEMBER} marks the "
                              "ranks outside a split; collective splits use ids from 2**32 up)")
@@ -619,7 +618,7 @@ class Communicator(CommCore):
         self._wait_stream(Device._default_streams.get(self._device_id), time.monotonic() + _ABORT_GRACE)
         return True
 
-    def __enter__(self) -> "Communicator":
+    def __enter__(self) -> Communicator:
         self._live_handle()
         return self
 

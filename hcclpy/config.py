@@ -27,7 +27,7 @@ from . import _ffi
 from ._caller import warn_at_caller
 from .errors import UnsupportedError
 
-__all__ = ["CommConfig"]
+__all__ = ["CommConfig", "ConfigLike"]
 
 _MAGIC = 0xF0F0F0F0
 _VERSION = 11
@@ -144,33 +144,6 @@ def _deterministic_from_env() -> int:
 class CommConfig:
     """Options for creating a communicator (``HcclCommConfig``). ``None`` means "library default".
 
-    Attributes
-    ----------
-    buffer_size_mb
-        Size of each of the communicator's two buffers in MB (``HCCL_BUFFSIZE``, default 200).
-    deterministic
-        0 off, 1 on, 2 strict ordering (``HCCL_DETERMINISTIC``).
-    name
-        Communicator name (at most 127 bytes, unique); generated when None.
-    udi
-        Free-form user identifier (at most 127 bytes).
-    op_expansion_mode
-        Where operations are expanded: 0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only, 5 CCU MS,
-        6 CCU scheduled (5 and 6 on Ascend 950 only; each product accepts a subset).
-    rdma_traffic_class, rdma_service_level
-        RDMA TC (multiple of 4 in [0, 255]) and SL ([0, 7]).
-    world_rank_id, job_id
-        Identifiers used by NSLB-DP load balancing.
-    exec_timeout
-        Seconds an operation may wait for its peers (``HCCL_EXEC_TIMEOUT``); 0 disables the limit.
-        HCCL takes whole seconds: a fraction is rounded up (so at most ``2**31 - 1``).
-    algorithm
-        Algorithm selection string, such as ``"level0:NA;level1:H-D_R"`` (``HCCL_ALGO``).
-    buffer_name
-        Communicators with the same buffer name share their buffers.
-    qos
-        AI CPU SDMA QoS level in [0, 7].
-
     Every field is checked when it is set, in the constructor or by assignment later (a
     ``ValueError`` or ``TypeError`` naming the field); integer fields take NumPy integers too.
 
@@ -181,18 +154,33 @@ class CommConfig:
     """
 
     buffer_size_mb: Optional[int] = None
+    """Size of each of the communicator's two buffers in MB (``HCCL_BUFFSIZE``, default 200)."""
     deterministic: Optional[int] = None
+    """0 off, 1 on, 2 strict ordering (``HCCL_DETERMINISTIC``)."""
     name: Optional[str] = None
+    """Communicator name (at most 127 bytes, unique); generated when None."""
     udi: Optional[str] = None
+    """Free-form user identifier (at most 127 bytes)."""
     op_expansion_mode: Optional[int] = None
+    """Where operations are expanded: 0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only, 5 CCU MS,
+    6 CCU scheduled (5 and 6 on Ascend 950 only; each product accepts a subset)."""
     rdma_traffic_class: Optional[int] = None
+    """RDMA traffic class: a multiple of 4 in [0, 255]."""
     rdma_service_level: Optional[int] = None
+    """RDMA service level, in [0, 7]."""
     world_rank_id: Optional[int] = None
+    """This rank's id in the whole job, for NSLB-DP load balancing."""
     job_id: Optional[int] = None
+    """The job's id, for NSLB-DP load balancing."""
     exec_timeout: Optional[float] = None
+    """Seconds an operation may wait for its peers (``HCCL_EXEC_TIMEOUT``); 0 disables the limit.
+    HCCL takes whole seconds: a fraction is rounded up (so at most ``2**31 - 1``)."""
     algorithm: Optional[str] = None
+    """Algorithm selection string, such as ``"level0:NA;level1:H-D_R"`` (``HCCL_ALGO``)."""
     buffer_name: Optional[str] = None
+    """Communicators with the same buffer name share their buffers."""
     qos: Optional[int] = None
+    """AI CPU SDMA QoS level in [0, 7]."""
 
     def __setattr__(self, field: str, value: Any) -> None:
         # Every assignment is checked, in the constructor and after it: a bad value never waits
@@ -205,7 +193,7 @@ class CommConfig:
         object.__setattr__(self, field, check(value))
 
     @classmethod
-    def coerce(cls, value: Union["CommConfig", Mapping[str, Any], None]) -> Optional["CommConfig"]:
+    def coerce(cls, value: Union[CommConfig, Mapping[str, Any], None]) -> Optional[CommConfig]:
         """Accept a CommConfig, a dict of its fields, or None.
 
         Raises
@@ -263,3 +251,8 @@ class CommConfig:
         cfg.hcclSymWinMaxMemSizePerRank = 16
         cfg.hcclChannelSqDepth = _NOT_SET
         return cfg
+
+
+ConfigLike = Union[CommConfig, Mapping[str, Any], None]
+"""What a ``config`` argument takes: a :class:`CommConfig`, a dict of its fields, or None (the
+library's defaults)."""

@@ -67,10 +67,14 @@ class _Category(HcclpyError):
     in Python): the attributes of :class:`AclError` and :class:`HcclError`, empty, so a handler
     can read them whichever raised it."""
 
-    code: Optional[int] = None  # the C result code; None when no C call reported the failure
-    name: str = ""  # the code's name, such as "HCCL_E_TIMEOUT"
-    api: str = ""  # the C function that failed
-    detail: str = ""  # the C library's own words about the failure, when it gave any
+    code: Optional[int] = None
+    """The C result code; None when no C call reported the failure."""
+    name: str = ""
+    """The code's name, such as ``"HCCL_E_TIMEOUT"``; empty when no C call reported the failure."""
+    api: str = ""
+    """The C function that failed; empty when no C call reported the failure."""
+    detail: str = ""
+    """The C library's own words about the failure, when it gave any."""
 
 
 class CommTimeoutError(_Category, TimeoutError):
@@ -104,17 +108,21 @@ class _CodeError(HcclpyError, RuntimeError):
 
     def __init__(self, message: str, *, code: int, name: str, api: str, detail: str = "") -> None:
         super().__init__(message)
-        self.code = code
-        self.name = name
-        self.api = api
-        self.detail = detail
+        self.code: int = code
+        """The C result code."""
+        self.name: str = name
+        """The code's name, such as ``"HCCL_E_TIMEOUT"``."""
+        self.api: str = api
+        """The C function that failed."""
+        self.detail: str = detail
+        """The C library's own words about the failure, when it gave any."""
 
     # Keeps the keyword-only attributes across pickling (multiprocessing).
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (_rebuild, (type(self), self.args[0], self.code, self.name, self.api, self.detail))
 
 
-def _rebuild(cls: type, message: str, code: int, name: str, api: str, detail: str) -> "_CodeError":
+def _rebuild(cls: type, message: str, code: int, name: str, api: str, detail: str) -> _CodeError:
     return cls(message, code=code, name=name, api=api, detail=detail)
 
 
@@ -160,6 +168,7 @@ class HcclMismatchError(HcclError, CollectiveMismatchError):
 # HcclGetCommAsyncError, the communicator's abort record quoted by the peers and by later calls),
 # and it is the one the documentation prints, so it is stable. Real CANN never writes it.
 SIM_MISMATCH_MARK = "collective mismatch on '"
+"""How the simulator's text of a failure begins when the ranks called a collective differently."""
 
 # What a mismatch means for the caller, added to the message.
 MISMATCH_EXPLANATION = ("the ranks called a collective differently; the communicator is broken: destroy it on "

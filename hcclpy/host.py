@@ -9,7 +9,7 @@ memory alive and sized right. :func:`release` gives a communicator's staging mem
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -20,12 +20,15 @@ from .runtime import DeviceArray, Stream
 from .runtime._memory import copy_bytes
 from .types import DataType, as_datatype
 
-__all__ = ["barrier", "release", "staged", "staged_batch", "staged_elementwise"]
+if TYPE_CHECKING:
+    from .communicator import Communicator
+
+__all__ = ["Pieces", "barrier", "release", "staged", "staged_batch", "staged_elementwise"]
 
 release = _staging.release
 
-# Memory as an address, a list of (address, nbytes) pieces laid back to back, or None.
 Pieces = Union[None, int, Sequence[Tuple[int, int]]]
+"""Host memory as an address, a list of ``(address, nbytes)`` pieces laid back to back, or None."""
 _H2D, _D2H = 1, 2  # aclrtMemcpyKind
 
 
@@ -74,7 +77,7 @@ def _run(comm: CommCore, slots: List[Tuple[int, DataType, Pieces, Pieces]],
         _staging.give_back(staging)
 
 
-def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[int], count: int, dtype: DataType,
+def staged_elementwise(comm: Communicator, source: Optional[int], result: Optional[int], count: int, dtype: DataType,
                        run: Callable[[DeviceArray, None, Stream], Any]) -> None:
     """Run an element-wise device operation in place on a staged copy of host memory.
 
@@ -93,7 +96,7 @@ def staged_elementwise(comm: CommCore, source: Optional[int], result: Optional[i
          lambda buffers, stream: run(buffers[0], None, stream))
 
 
-def staged(comm: CommCore, source: Pieces, send_count: int, result: Pieces, recv_count: int, dtype: DataType,
+def staged(comm: Communicator, source: Pieces, send_count: int, result: Pieces, recv_count: int, dtype: DataType,
            run: Callable[[DeviceArray, DeviceArray, Stream], Any]) -> None:
     """Run a device operation on host memory: ``send_count`` elements from ``source`` are copied to
     a device buffer, ``run(send, recv, stream)`` queues the operation, and ``recv_count`` elements
@@ -113,7 +116,7 @@ def staged(comm: CommCore, source: Pieces, send_count: int, result: Pieces, recv
          lambda buffers, stream: run(buffers[0], buffers[1], stream))
 
 
-def staged_batch(comm: CommCore, items: Sequence[Tuple[str, int, int, DataType, int]]) -> None:
+def staged_batch(comm: Communicator, items: Sequence[Tuple[str, int, int, DataType, int]]) -> None:
     """Sends and receives of host memory in one batch: ``("send" | "recv", address, count, dtype,
     peer)`` items. Blocks until every transfer is done."""
     slots = [(_element_count(count, f"items[{index}] count"), as_datatype(dtype), *(
@@ -123,7 +126,7 @@ def staged_batch(comm: CommCore, items: Sequence[Tuple[str, int, int, DataType, 
         comm, [(kind, buf, peer) for (kind, _, _, _, peer), buf in zip(items, buffers)], stream=stream))
 
 
-def barrier(comm: CommCore) -> None:
+def barrier(comm: Communicator) -> None:
     """Block until every rank has reached the barrier (on the staging stream, so that it comes
     after the NumPy calls before it)."""
     _run(comm, [], lambda buffers, stream: collectives.barrier(comm, stream=stream))

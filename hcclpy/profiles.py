@@ -33,6 +33,7 @@ from .types import DataType, ReduceOp, as_datatype, as_reduce_op
 __all__ = ["OPERATIONS", "PROFILES", "VARIABLE", "Profile", "Rule", "from_environment"]
 
 VARIABLE = "HCCLPY_SIM_PROFILE"
+"""The environment variable that names the product profile."""
 
 # Names as the simulator's messages spell them (bf16, not bfp16).
 _DTYPE_NAMES: Dict[DataType, str] = {
@@ -190,6 +191,7 @@ PROFILES: Dict[str, Profile] = {p.name: p for p in (
         ALL_TO_ALL_VC: Rule(_MOVE_ALL),
     }),
 )}
+"""Every product profile, by name: ``"910"``, ``"A2"``, ``"A3"``, ``"950"``."""
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[Profile]:

@@ -11,6 +11,7 @@ from .runtime._device import DeviceLike
 __all__ = ["RootInfo", "ROOT_INFO_BYTES"]
 
 ROOT_INFO_BYTES = 4108
+"""The size of an ``HcclRootInfo`` in bytes."""
 
 
 class RootInfo:
@@ -36,7 +37,7 @@ class RootInfo:
         self._data = data
 
     @classmethod
-    def generate(cls, device: Optional[DeviceLike] = None) -> "RootInfo":
+    def generate(cls, device: Optional[DeviceLike] = None) -> RootInfo:
         """Call ``HcclGetRootInfo`` (on ``device``, default: the thread's current device, else 0)."""
         bound = _ffi.api()
         info = _ffi.new("HcclRootInfo *")
@@ -45,7 +46,7 @@ class RootInfo:
         return cls(bytes(_ffi.buffer(info)))
 
     @classmethod
-    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> "RootInfo":
+    def from_bytes(cls, data: Union[bytes, bytearray, memoryview]) -> RootInfo:
         """Rebuild a root info from :meth:`to_bytes` output."""
         return cls(data)
 

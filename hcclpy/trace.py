@@ -174,7 +174,7 @@ def chrome_trace(items: List[Dict[str, Any]], process: Dict[str, Any]) -> Dict[s
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def dump(path: Union[str, "os.PathLike[str]"]) -> Path:
+def dump(path: Union[str, os.PathLike[str]]) -> Path:
     """Write this process's records to ``path`` (JSON) and a Chrome trace next to it
     (``name.chrome.json``); return the JSON file's path.
 

@@ -21,7 +21,7 @@ memory. CPU tensors are staged by the hcclpy torch backend, not here.
 from __future__ import annotations
 
 import math
-from typing import Any, FrozenSet, NamedTuple, Optional, Protocol, Tuple, Union
+from typing import Any, FrozenSet, NamedTuple, Optional, Protocol, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from .._ffi import dlpack
 from ..runtime import DeviceArray
 from ..types import DataType, ReduceOp, as_datatype
 
-__all__ = ["Buffer", "BufferLike", "MAX_COUNT", "SupportsDLPack", "parse"]
+__all__ = ["Buffer", "BufferLike", "BufferT", "MAX_COUNT", "SupportsDLPack", "parse"]
 
 # The largest element count HCCL takes in one call (SYS_MAX_COUNT of the real library; the
 # simulator's HCCL_SIM_MAX_COUNT): larger counts fail in C with HCCL_E_PARA.
@@ -48,6 +48,11 @@ BufferLike = Union[DeviceArray, np.ndarray, Tuple[int, int, Any], SupportsDLPack
 ``(ptr, count, dtype)`` tuple or an object with ``__dlpack__`` (the parser says at run time what it
 refuses)."""
 
+BufferT = TypeVar("BufferT", bound=BufferLike)
+"""The buffer type an operation was given, for type checkers: an operation returns the buffer it
+writes, of the type passed (a new output is of ``send``'s type: a NumPy array for a NumPy array,
+a :class:`hcclpy.DeviceArray` for one)."""
+
 
 class Buffer:
     """One buffer of an operation, whatever form the caller passed it in. (A class with slots:
@@ -56,21 +61,35 @@ class Buffer:
     __slots__ = ("ptr", "address", "count", "dtype", "dtype_c", "itemsize", "device", "host", "keep", "scale",
                  "shape", "writable", "ops", "source", "_alloc")
 
-    ptr: Any                 # cffi pointer to the first element
-    address: int             # the same pointer as an int
-    count: int               # elements of ``dtype``
-    dtype: DataType          # the HCCL type that carries the data
-    dtype_c: int             # the same as a plain int (cffi converts IntEnums slowly)
+    ptr: Any
+    """A cffi pointer to the first element."""
+    address: int
+    """The same pointer as an int."""
+    count: int
+    """Elements of :attr:`dtype`."""
+    dtype: DataType
+    """The HCCL type that carries the data."""
+    dtype_c: int
+    """The same as a plain int (cffi converts IntEnums slowly)."""
     itemsize: int
-    device: Optional[int]    # logical device id when known; None for host memory or unknown
-    host: bool               # NumPy memory, staged through the device
-    keep: Any                # what keeps the memory alive while queued work uses it: the caller's object,
-                             # or a DeviceArray's allocation
-    scale: int               # elements of ``dtype`` per element of the caller's dtype (NumPy pairs and bytes)
-    shape: Tuple[int, ...]   # the caller's shape, for results made like this buffer
-    writable: bool           # results can be written straight into the caller's memory
-    ops: Optional[FrozenSet[int]]  # the reduce op codes that reduce it right; None: all
-    source: Any              # host memory to read from (a C-contiguous copy when the caller's is not)
+    """Bytes per element of :attr:`dtype`."""
+    device: Optional[int]
+    """The logical device id when known; None for host memory or unknown."""
+    host: bool
+    """Whether this is NumPy memory, staged through the device."""
+    keep: Any
+    """What keeps the memory alive while queued work uses it: the caller's object, or a
+    DeviceArray's allocation."""
+    scale: int
+    """Elements of :attr:`dtype` per element of the caller's dtype (NumPy pairs and bytes)."""
+    shape: Tuple[int, ...]
+    """The caller's shape, for results made like this buffer."""
+    writable: bool
+    """Whether results can be written straight into the caller's memory."""
+    ops: Optional[FrozenSet[int]]
+    """The reduce op codes that reduce it right; None: all."""
+    source: Any
+    """Host memory to read from (a C-contiguous copy when the caller's is not)."""
     _alloc: Any              # a DeviceArray's allocation; else None (named as DeviceArray names it: a
                              # stream holding a Buffer keeps that allocation, see hcclpy.runtime)
 

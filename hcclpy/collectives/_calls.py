@@ -252,7 +252,7 @@ class PersistentOp:
         self._stream = self._args = None
         self._fast = False
 
-    def __enter__(self) -> "PersistentOp":
+    def __enter__(self) -> PersistentOp:
         self._live()
         return self
 

@@ -23,7 +23,7 @@ One meaning on every path:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
 
@@ -33,19 +33,17 @@ from ..runtime import Stream, empty
 from ..types import OpLike
 from . import _group
 from . import _rules as rules
-from ._buffers import MAX_COUNT, Buffer, BufferLike, parse
+from ._buffers import MAX_COUNT, Buffer, BufferLike, BufferT, parse
 from ._calls import READ, WRITE, Call, PersistentOp, call, launch, stream_of
+
+if TYPE_CHECKING:
+    from ..communicator import Communicator
 
 __all__ = [
     "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_vc", "barrier",
     "batch_send_recv", "broadcast", "recv", "reduce", "reduce_scatter", "reduce_scatter_v", "scatter", "send",
 ]
 
-SUM: OpLike = "sum"
-# For type checkers: what an operation returns is the buffer it writes, of the type given (a new
-# output is of send's type: a NumPy array for one, a DeviceArray for one).
-_B = TypeVar("_B", bound=BufferLike)
-_Counts = Optional[Sequence[int]]
 _NULL = _ffi.NULL
 # The role of an uneven operation's recv: it writes its blocks only, so staged, recv is copied in
 # too and the elements outside the blocks keep their values (as on device buffers).
@@ -528,42 +526,50 @@ def _barrier(comm: CommCore) -> Call:
 
 # ------------------------------------------------------------------------- the public calls
 # Each queues its definition now; its ``*_init`` twin keeps it as a PersistentOp. The
-# Communicator methods of the same names are these functions.
+# Communicator methods of the same names are these functions. The implementations' annotations
+# are what the reference shows; the overloads are what type checkers read.
 
 @overload
-def all_reduce(comm: CommCore, send: _B, recv: None = None, op: OpLike = ..., *, stream: Optional[Stream] = ...,
-               out: None = ...) -> _B: ...
+def all_reduce(comm: Communicator, send: BufferT, recv: None = None, op: OpLike = ..., *,
+               stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def all_reduce(comm: CommCore, send: BufferLike, recv: _B, op: OpLike = ..., *, stream: Optional[Stream] = ...,
-               out: None = ...) -> _B: ...
+def all_reduce(comm: Communicator, send: BufferLike, recv: BufferT, op: OpLike = ..., *,
+               stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def all_reduce(comm: CommCore, send: BufferLike, recv: None = None, op: OpLike = ..., *,
-               stream: Optional[Stream] = ..., out: _B) -> _B: ...
-def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, *, stream: Optional[Stream] = None,
-               out: Any = None) -> Any:
+def all_reduce(comm: Communicator, send: BufferLike, recv: None = None, op: OpLike = ..., *,
+               stream: Optional[Stream] = ..., out: BufferT) -> BufferT: ...
+def all_reduce(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum", *,
+               stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
     """Reduce ``send`` across all ranks into ``recv`` on every rank (``recv=None``: in place).
 
     Parameters
     ----------
     comm
         The communicator.
-    send, recv
-        Buffers of the same dtype and element count (device buffers, or NumPy arrays).
+    send
+        The input: a device buffer or a NumPy array (see :data:`~hcclpy.BufferLike`).
+    recv
+        The output: the same dtype and element count as ``send``. None: in place, ``send``
+        receives the result.
     op
-        :class:`~hcclpy.ReduceOp` or its name (``"sum"``, ``"prod"``, ``"max"``, ``"min"``).
+        A :class:`~hcclpy.ReduceOp` or its name: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``.
     stream
-        Stream to queue on; default: the device's hcclpy stream (device buffers only).
+        The stream to queue on (device buffers only). None: the device's default stream.
     out
-        Another name for ``recv``.
+        Another name for ``recv``; pass one of them.
 
     Returns
     -------
-    The output (``recv``, or ``send`` when in place).
+    BufferLike
+        The output: ``recv``, or ``send`` when in place.
 
     Raises
     ------
-    TypeError, ValueError
-        For bad arguments, before any C call.
+    TypeError
+        For an argument of the wrong type, before any C call.
+    ValueError
+        For an argument of the wrong value (sizes that differ, an unknown op...), before any C
+        call.
     HcclError
         If HCCL refuses the call.
 
@@ -579,144 +585,356 @@ def all_reduce(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, *,
 
 
 @overload
-def reduce(comm: CommCore, send: _B, recv: None = None, op: OpLike = ..., root: int = ..., *,
-           stream: Optional[Stream] = ..., out: None = ...) -> Optional[_B]: ...
+def reduce(comm: Communicator, send: BufferT, recv: None = None, op: OpLike = ..., root: int = ..., *,
+           stream: Optional[Stream] = ..., out: None = ...) -> Optional[BufferT]: ...
 @overload
-def reduce(comm: CommCore, send: BufferLike, recv: _B, op: OpLike = ..., root: int = ..., *,
-           stream: Optional[Stream] = ..., out: None = ...) -> Optional[_B]: ...
-def reduce(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, root: int = 0, *,
-           stream: Optional[Stream] = None, out: Any = None) -> Any:
+def reduce(comm: Communicator, send: BufferLike, recv: BufferT, op: OpLike = ..., root: int = ..., *,
+           stream: Optional[Stream] = ..., out: None = ...) -> Optional[BufferT]: ...
+def reduce(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum", root: int = 0,
+           *, stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> Optional[BufferLike]:
     """Reduce ``send`` across all ranks into ``recv`` on ``root`` only (``recv=None``: in place).
 
-    ``recv`` is ignored on other ranks (it may be None). Returns the output on the root, None
-    elsewhere."""
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input (see :data:`~hcclpy.BufferLike`).
+    recv
+        The output on the root: the same dtype and element count as ``send``. None: in place.
+        Ignored on the other ranks.
+    op
+        A :class:`~hcclpy.ReduceOp` or its name: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``.
+    root
+        The rank that receives the result.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike or None
+        The output on the root (``recv``, or ``send`` when in place), None on the other ranks.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_reduce(comm, send, recv, op, root), stream)
 
 
 @overload
-def reduce_scatter(comm: CommCore, send: _B, recv: None = None, op: OpLike = ..., *,
-                   stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def reduce_scatter(comm: Communicator, send: BufferT, recv: None = None, op: OpLike = ..., *,
+                   stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def reduce_scatter(comm: CommCore, send: BufferLike, recv: _B, op: OpLike = ..., *,
-                   stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
-def reduce_scatter(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, *, stream: Optional[Stream] = None,
-                   out: Any = None) -> Any:
-    """Reduce ``send`` (``size * n`` elements) across ranks; rank ``r`` receives block ``r`` in
-    ``recv`` (``n`` elements; omitted: a new buffer, the first axis of ``send`` split)."""
+def reduce_scatter(comm: Communicator, send: BufferLike, recv: BufferT, op: OpLike = ..., *,
+                   stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
+def reduce_scatter(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum", *,
+                   stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
+    """Reduce ``send`` across ranks; rank ``r`` receives block ``r`` of the result.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input: ``size * n`` elements, ``size`` blocks of ``n``.
+    recv
+        The output: ``n`` elements of ``send``'s dtype. None: a new buffer, the first axis of
+        ``send`` split in ``size`` (a flat one when it does not divide). In place: ``recv`` is
+        this rank's block of ``send``.
+    op
+        A :class:`~hcclpy.ReduceOp` or its name: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_reduce_scatter(comm, send, recv, op), stream)
 
 
 @overload
-def reduce_scatter_v(comm: CommCore, send: _B, recv: None = None, send_counts: _Counts = ...,
-                     send_displs: _Counts = ..., op: OpLike = ..., *, stream: Optional[Stream] = ...,
-                     out: None = ...) -> _B: ...
+def reduce_scatter_v(comm: Communicator, send: BufferT, recv: None = None,
+                     send_counts: Optional[Sequence[int]] = ..., send_displs: Optional[Sequence[int]] = ...,
+                     op: OpLike = ..., *, stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def reduce_scatter_v(comm: CommCore, send: BufferLike, recv: _B, send_counts: _Counts = ...,
-                     send_displs: _Counts = ..., op: OpLike = ..., *, stream: Optional[Stream] = ...,
-                     out: None = ...) -> _B: ...
+def reduce_scatter_v(comm: Communicator, send: BufferLike, recv: BufferT,
+                     send_counts: Optional[Sequence[int]] = ..., send_displs: Optional[Sequence[int]] = ...,
+                     op: OpLike = ..., *, stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def reduce_scatter_v(comm: CommCore, send: BufferLike, recv: None = None, send_counts: _Counts = ...,
-                     send_displs: _Counts = ..., op: OpLike = ..., *, stream: Optional[Stream] = ..., out: _B) -> _B: ...
-def reduce_scatter_v(comm: CommCore, send: Any, recv: Any = None, send_counts: _Counts = None,
-                     send_displs: _Counts = None, op: OpLike = SUM, *, stream: Optional[Stream] = None,
-                     out: Any = None) -> Any:
+def reduce_scatter_v(comm: Communicator, send: BufferLike, recv: None = None,
+                     send_counts: Optional[Sequence[int]] = ..., send_displs: Optional[Sequence[int]] = ...,
+                     op: OpLike = ..., *, stream: Optional[Stream] = ..., out: BufferT) -> BufferT: ...
+def reduce_scatter_v(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                     send_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
+                     op: OpLike = "sum", *, stream: Optional[Stream] = None,
+                     out: Optional[BufferLike] = None) -> BufferLike:
     """Reduce-scatter with uneven blocks: rank ``r`` receives the reduction of every rank's
-    ``send[send_displs[r] : send_displs[r] + send_counts[r]]`` (``send_displs=None``: packed)."""
+    ``send[send_displs[r] : send_displs[r] + send_counts[r]]``.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input, holding every rank's block.
+    recv
+        The output: at least ``send_counts[rank]`` elements. None: a new 1-D buffer of that
+        many. It must not overlap ``send``.
+    send_counts
+        Elements of each rank's block, one count per rank (required; pass it by name).
+    send_displs
+        Where each block starts in ``send``, in elements. None: the blocks are packed in rank
+        order.
+    op
+        A :class:`~hcclpy.ReduceOp` or its name: ``"sum"``, ``"prod"``, ``"max"``, ``"min"``.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+
+    Examples
+    --------
+    >>> comm.reduce_scatter_v(np.ones(6), send_counts=[2, 4])   # on rank 1 of 2
+    array([2., 2., 2., 2.])
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_reduce_scatter_v(comm, send, recv, send_counts, send_displs, op), stream)
 
 
-def broadcast(comm: CommCore, buf: _B, root: int = 0, *, stream: Optional[Stream] = None) -> _B:
-    """Copy ``buf`` of ``root`` into ``buf`` of every other rank (in place on every path)."""
+def broadcast(comm: Communicator, buf: BufferT, root: int = 0, *, stream: Optional[Stream] = None) -> BufferT:
+    """Copy ``buf`` of ``root`` into ``buf`` of every other rank (in place on every path).
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    buf
+        The data on the root; the buffer that receives it on the other ranks.
+    root
+        The rank whose ``buf`` is sent.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+
+    Returns
+    -------
+    BufferT
+        ``buf``.
+    """
     return launch(_broadcast(comm, buf, root), stream)
 
 
 @overload
-def all_gather(comm: CommCore, send: _B, recv: None = None, *, stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def all_gather(comm: Communicator, send: BufferT, recv: None = None, *, stream: Optional[Stream] = ...,
+               out: None = ...) -> BufferT: ...
 @overload
-def all_gather(comm: CommCore, send: BufferLike, recv: _B, *, stream: Optional[Stream] = ...,
-               out: None = ...) -> _B: ...
-def all_gather(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
-               out: Any = None) -> Any:
-    """Gather every rank's ``send`` (``n`` elements) into ``recv`` (``size * n``), in rank order
-    (omitted: a new buffer of shape ``(size, *send.shape)``). In place: ``send`` is this rank's
-    block of ``recv``."""
+def all_gather(comm: Communicator, send: BufferLike, recv: BufferT, *, stream: Optional[Stream] = ...,
+               out: None = ...) -> BufferT: ...
+def all_gather(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, *,
+               stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
+    """Gather every rank's ``send`` into ``recv`` on every rank, in rank order.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        This rank's block: ``n`` elements.
+    recv
+        The output: ``size * n`` elements of ``send``'s dtype. None: a new buffer of shape
+        ``(size, *send.shape)``. In place: ``send`` is this rank's block of ``recv``.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_all_gather(comm, send, recv), stream)
 
 
 @overload
-def all_gather_v(comm: CommCore, send: _B, recv: None = None, recv_counts: _Counts = ..., recv_displs: _Counts = ...,
-                 *, stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def all_gather_v(comm: Communicator, send: BufferT, recv: None = None, recv_counts: Optional[Sequence[int]] = ...,
+                 recv_displs: Optional[Sequence[int]] = ..., *, stream: Optional[Stream] = ...,
+                 out: None = ...) -> BufferT: ...
 @overload
-def all_gather_v(comm: CommCore, send: BufferLike, recv: _B, recv_counts: _Counts = ..., recv_displs: _Counts = ...,
-                 *, stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def all_gather_v(comm: Communicator, send: BufferLike, recv: BufferT, recv_counts: Optional[Sequence[int]] = ...,
+                 recv_displs: Optional[Sequence[int]] = ..., *, stream: Optional[Stream] = ...,
+                 out: None = ...) -> BufferT: ...
 @overload
-def all_gather_v(comm: CommCore, send: BufferLike, recv: None = None, recv_counts: _Counts = ...,
-                 recv_displs: _Counts = ..., *, stream: Optional[Stream] = ..., out: _B) -> _B: ...
-def all_gather_v(comm: CommCore, send: Any, recv: Any = None, recv_counts: _Counts = None,
-                 recv_displs: _Counts = None, *, stream: Optional[Stream] = None, out: Any = None) -> Any:
-    """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``
-    (``recv_counts[r]`` elements, which must equal that rank's ``send`` count). Elements between
-    blocks keep their values (read as 0 in a new output)."""
+def all_gather_v(comm: Communicator, send: BufferLike, recv: None = None, recv_counts: Optional[Sequence[int]] = ...,
+                 recv_displs: Optional[Sequence[int]] = ..., *, stream: Optional[Stream] = ...,
+                 out: BufferT) -> BufferT: ...
+def all_gather_v(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                 recv_counts: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
+                 stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
+    """All-gather with uneven blocks: rank ``r``'s ``send`` lands at ``recv[recv_displs[r]:]``.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        This rank's block: ``recv_counts[rank]`` elements.
+    recv
+        The output, holding every rank's block; elements between blocks keep their values.
+        None: a new 1-D buffer just large enough (elements between blocks read as 0). It must
+        not overlap ``send``.
+    recv_counts
+        Elements of each rank's block, one count per rank (required; pass it by name).
+    recv_displs
+        Where each block lands in ``recv``, in elements. None: packed in rank order.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_all_gather_v(comm, send, recv, recv_counts, recv_displs), stream)
 
 
 @overload
-def scatter(comm: CommCore, send: _B, recv: None = None, root: int = ..., *, stream: Optional[Stream] = ...,
-            out: None = ...) -> _B: ...
+def scatter(comm: Communicator, send: BufferT, recv: None = None, root: int = ..., *,
+            stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def scatter(comm: CommCore, send: Optional[BufferLike], recv: _B, root: int = ..., *,
-            stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def scatter(comm: Communicator, send: Optional[BufferLike], recv: BufferT, root: int = ..., *,
+            stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def scatter(comm: CommCore, send: Optional[BufferLike], recv: None = None, root: int = ..., *,
-            stream: Optional[Stream] = ..., out: _B) -> _B: ...
-def scatter(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, stream: Optional[Stream] = None,
-            out: Any = None) -> Any:
-    """Rank ``r`` receives block ``r`` of ``root``'s ``send`` (``size * n`` elements) into ``recv``
-    (``n``). ``send`` is only read on the root; other ranks pass ``recv`` (or ``send``, a buffer
-    like the root's, to have one made)."""
+def scatter(comm: Communicator, send: Optional[BufferLike], recv: None = None, root: int = ..., *,
+            stream: Optional[Stream] = ..., out: BufferT) -> BufferT: ...
+def scatter(comm: Communicator, send: Optional[BufferLike], recv: Optional[BufferLike] = None, root: int = 0, *,
+            stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
+    """Rank ``r`` receives block ``r`` of the root's ``send``.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        On the root, the data: ``size * n`` elements. Not read on the other ranks, which pass
+        None (with ``recv``) or a buffer like the root's (to have ``recv`` made).
+    recv
+        The output: ``n`` elements. None: a new buffer like one block of ``send`` (its first
+        axis split in ``size``, or flat). On the root, in place: ``recv`` is its block of ``send``.
+    root
+        The rank whose ``send`` is scattered.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_scatter(comm, send, recv, root), stream)
 
 
 @overload
-def all_to_all(comm: CommCore, send: _B, recv: None = None, *, stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def all_to_all(comm: Communicator, send: BufferT, recv: None = None, *, stream: Optional[Stream] = ...,
+               out: None = ...) -> BufferT: ...
 @overload
-def all_to_all(comm: CommCore, send: BufferLike, recv: _B, *, stream: Optional[Stream] = ...,
-               out: None = ...) -> _B: ...
-def all_to_all(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
-               out: Any = None) -> Any:
+def all_to_all(comm: Communicator, send: BufferLike, recv: BufferT, *, stream: Optional[Stream] = ...,
+               out: None = ...) -> BufferT: ...
+def all_to_all(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, *,
+               stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
     """Rank ``r`` sends block ``j`` of ``send`` to rank ``j``, which stores it as block ``r`` of
-    ``recv``. Both hold ``size * n`` elements and must not overlap."""
+    ``recv``.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input: ``size * n`` elements, one block of ``n`` per rank.
+    recv
+        The output: as many elements as ``send``, of its dtype, not overlapping it. None: a new
+        buffer of ``send``'s shape.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_all_to_all(comm, send, recv), stream)
 
 
 @overload
-def all_to_all_v(comm: CommCore, send: _B, recv: None = None, send_counts: _Counts = ..., recv_counts: _Counts = ...,
-                 send_displs: _Counts = ..., recv_displs: _Counts = ..., *, stream: Optional[Stream] = ...,
-                 out: None = ...) -> _B: ...
+def all_to_all_v(comm: Communicator, send: BufferT, recv: None = None, send_counts: Optional[Sequence[int]] = ...,
+                 recv_counts: Optional[Sequence[int]] = ..., send_displs: Optional[Sequence[int]] = ...,
+                 recv_displs: Optional[Sequence[int]] = ..., *, stream: Optional[Stream] = ...,
+                 out: None = ...) -> BufferT: ...
 @overload
-def all_to_all_v(comm: CommCore, send: BufferLike, recv: _B, send_counts: _Counts = ..., recv_counts: _Counts = ...,
-                 send_displs: _Counts = ..., recv_displs: _Counts = ..., *, stream: Optional[Stream] = ...,
-                 out: None = ...) -> _B: ...
-def all_to_all_v(comm: CommCore, send: Any, recv: Any = None, send_counts: _Counts = None,
-                 recv_counts: _Counts = None, send_displs: _Counts = None, recv_displs: _Counts = None, *,
-                 stream: Optional[Stream] = None, out: Any = None) -> Any:
-    """All-to-all with uneven blocks: ``send_counts[j]`` elements from ``send[send_displs[j]:]`` go
-    to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``
-    (displacements default to packed blocks)."""
+def all_to_all_v(comm: Communicator, send: BufferLike, recv: BufferT, send_counts: Optional[Sequence[int]] = ...,
+                 recv_counts: Optional[Sequence[int]] = ..., send_displs: Optional[Sequence[int]] = ...,
+                 recv_displs: Optional[Sequence[int]] = ..., *, stream: Optional[Stream] = ...,
+                 out: None = ...) -> BufferT: ...
+def all_to_all_v(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                 send_counts: Optional[Sequence[int]] = None, recv_counts: Optional[Sequence[int]] = None,
+                 send_displs: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
+                 stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> BufferLike:
+    """All-to-all with uneven blocks: ``send_counts[j]`` elements from ``send[send_displs[j]:]``
+    go to rank ``j``; ``recv_counts[j]`` elements from rank ``j`` land at ``recv[recv_displs[j]:]``.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input, holding the block for every rank.
+    recv
+        The output, holding the block from every rank, not overlapping ``send``. None: a new
+        1-D buffer just large enough (elements between blocks read as 0).
+    send_counts
+        Elements sent to each rank (required; pass it by name).
+    recv_counts
+        Elements received from each rank (required; pass it by name).
+    send_displs
+        Where each rank's block starts in ``send``, in elements. None: packed in rank order.
+    recv_displs
+        Where each rank's block lands in ``recv``, in elements. None: packed in rank order.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_all_to_all_v(comm, send, recv, send_counts, recv_counts, send_displs, recv_displs),
@@ -724,52 +942,129 @@ def all_to_all_v(comm: CommCore, send: Any, recv: Any = None, send_counts: _Coun
 
 
 @overload
-def all_to_all_vc(comm: CommCore, send: _B, recv: None = None, send_count_matrix: Any = ..., *,
-                  stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
+def all_to_all_vc(comm: Communicator, send: BufferT, recv: None = None, send_count_matrix: Any = ..., *,
+                  stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
 @overload
-def all_to_all_vc(comm: CommCore, send: BufferLike, recv: _B, send_count_matrix: Any = ..., *,
-                  stream: Optional[Stream] = ..., out: None = ...) -> _B: ...
-def all_to_all_vc(comm: CommCore, send: Any, recv: Any = None, send_count_matrix: Any = None, *,
-                  stream: Optional[Stream] = None, out: Any = None) -> Any:
-    """All-to-all driven by one matrix, the same on every rank: ``send_count_matrix[i][j]`` elements
-    go from rank ``i`` to rank ``j``, packed in rank order on both sides."""
+def all_to_all_vc(comm: Communicator, send: BufferLike, recv: BufferT, send_count_matrix: Any = ..., *,
+                  stream: Optional[Stream] = ..., out: None = ...) -> BufferT: ...
+def all_to_all_vc(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                  send_count_matrix: Optional[Sequence[Sequence[int]]] = None, *, stream: Optional[Stream] = None,
+                  out: Optional[BufferLike] = None) -> BufferLike:
+    """All-to-all driven by one count matrix, the same on every rank.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    send
+        The input: the blocks for ranks 0, 1, ... packed in rank order.
+    recv
+        The output: the blocks from ranks 0, 1, ... packed in rank order, not overlapping
+        ``send``. None: a new 1-D buffer just large enough.
+    send_count_matrix
+        ``size`` rows of ``size`` counts: ``send_count_matrix[i][j]`` elements go from rank ``i``
+        to rank ``j`` (required; pass it by name; a NumPy array works too).
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    out
+        Another name for ``recv``; pass one of them.
+
+    Returns
+    -------
+    BufferLike
+        The output.
+    """
     if out is not None:
         recv = _output(recv, out)
     return launch(_all_to_all_vc(comm, send, recv, send_count_matrix), stream)
 
 
-def send(comm: CommCore, buf: BufferLike, peer: int, *, stream: Optional[Stream] = None) -> None:
-    """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype)."""
+def send(comm: Communicator, buf: BufferLike, peer: int, *, stream: Optional[Stream] = None) -> None:
+    """Send ``buf`` to rank ``peer``, which must post a matching :func:`recv` (same count and dtype).
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    buf
+        The data to send.
+    peer
+        The receiving rank.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+    """
     return launch(_send(comm, buf, peer), stream)
 
 
-def recv(comm: CommCore, buf: _B, peer: int, *, stream: Optional[Stream] = None) -> _B:
-    """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`."""
+def recv(comm: Communicator, buf: BufferT, peer: int, *, stream: Optional[Stream] = None) -> BufferT:
+    """Receive into ``buf`` from rank ``peer``, which must post a matching :func:`send`.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    buf
+        The buffer that receives the data.
+    peer
+        The sending rank.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
+
+    Returns
+    -------
+    BufferT
+        ``buf``.
+    """
     return launch(_recv(comm, buf, peer), stream)
 
 
-def batch_send_recv(comm: CommCore, items: Sequence[Tuple[str, BufferLike, int]], *,
+def batch_send_recv(comm: Communicator, items: Sequence[Tuple[str, BufferLike, int]], *,
                     stream: Optional[Stream] = None) -> None:
-    """Post several sends and receives at once: ``items`` are ``("send" | "recv", buffer, peer)``.
+    """Post several sends and receives at once.
 
     Within one call the transfers do not wait for each other, so a ring exchange (send to the
-    next rank, receive from the previous) cannot deadlock. A receive buffer must not share memory
-    with any other item."""
-    return launch(_batch_send_recv(comm, items), stream)
+    next rank, receive from the previous) cannot deadlock.
 
-
-def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
-    """Wait for every rank to reach the barrier.
-
-    With ``stream``, the barrier is queued on it and the call returns at once: work queued after
-    it on that stream starts once every rank has reached it. Without one, the call blocks: the
-    barrier is queued on the default stream, which is then synchronised (so the work queued on it
-    before is done too).
+    Parameters
+    ----------
+    comm
+        The communicator.
+    items
+        ``("send" | "recv", buffer, peer)`` triples. A receive buffer must not share memory
+        with any other item. The buffers are all device buffers or all NumPy arrays.
+    stream
+        The stream to queue on (device buffers only). None: the device's default stream.
 
     Raises
     ------
     RuntimeError
-        Without ``stream``, inside :func:`group` (whose calls only run once it ends).
+        Inside :func:`~hcclpy.group` (HCCL refuses a batch there).
+
+    Examples
+    --------
+    >>> nxt, prev = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    >>> comm.batch_send_recv([("send", x, nxt), ("recv", y, prev)])
+    """
+    return launch(_batch_send_recv(comm, items), stream)
+
+
+def barrier(comm: Communicator, *, stream: Optional[Stream] = None) -> None:
+    """Wait for every rank to reach the barrier.
+
+    Parameters
+    ----------
+    comm
+        The communicator.
+    stream
+        None: the call blocks; the barrier is queued on the default stream, which is then
+        synchronised (so the work queued on it before is done too). A stream: the barrier is
+        queued on it and the call returns at once; work queued after it on that stream starts
+        once every rank has reached it.
+
+    Raises
+    ------
+    RuntimeError
+        Without ``stream``, inside :func:`~hcclpy.group` (whose calls only run once it ends).
     """
     if stream is None and _group.active():
         _handle(comm)
@@ -783,112 +1078,128 @@ def barrier(comm: CommCore, *, stream: Optional[Stream] = None) -> None:
 
 # ------------------------------------------------------------------------ persistent twins
 
-def all_reduce_init(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, *, stream: Optional[Stream] = None,
-                    out: Any = None) -> PersistentOp:
-    """:func:`all_reduce`, checked once: ``start()`` queues it (see :class:`PersistentOp`)."""
+def all_reduce_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum", *,
+                    stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_reduce`, checked once: each ``start()`` queues it (see :class:`~hcclpy.PersistentOp`).
+
+    It takes the arguments of :func:`all_reduce`.
+    """
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_reduce(comm, send, recv, op), stream)
 
 
-def reduce_init(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, root: int = 0, *,
-                stream: Optional[Stream] = None, out: Any = None) -> PersistentOp:
-    """:func:`reduce`, checked once."""
+def reduce_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum",
+                root: int = 0, *, stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`reduce`, checked once: each ``start()`` queues it. It takes the arguments of :func:`reduce`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_reduce(comm, send, recv, op, root), stream)
 
 
-def reduce_scatter_init(comm: CommCore, send: Any, recv: Any = None, op: OpLike = SUM, *,
-                        stream: Optional[Stream] = None, out: Any = None) -> PersistentOp:
-    """:func:`reduce_scatter`, checked once."""
+def reduce_scatter_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, op: OpLike = "sum",
+                        *, stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`reduce_scatter`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`reduce_scatter`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_reduce_scatter(comm, send, recv, op), stream)
 
 
-def reduce_scatter_v_init(comm: CommCore, send: Any, recv: Any = None, send_counts: _Counts = None,
-                          send_displs: _Counts = None, op: OpLike = SUM, *,
-                          stream: Optional[Stream] = None, out: Any = None) -> PersistentOp:
-    """:func:`reduce_scatter_v`, checked once."""
+def reduce_scatter_v_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                          send_counts: Optional[Sequence[int]] = None, send_displs: Optional[Sequence[int]] = None,
+                          op: OpLike = "sum", *, stream: Optional[Stream] = None,
+                          out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`reduce_scatter_v`, checked once: each ``start()`` queues it. It takes the arguments
+    of :func:`reduce_scatter_v`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_reduce_scatter_v(comm, send, recv, send_counts, send_displs, op), stream)
 
 
-def broadcast_init(comm: CommCore, buf: Any, root: int = 0, *, stream: Optional[Stream] = None) -> PersistentOp:
-    """:func:`broadcast`, checked once."""
+def broadcast_init(comm: Communicator, buf: BufferLike, root: int = 0, *,
+                   stream: Optional[Stream] = None) -> PersistentOp:
+    """:func:`broadcast`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`broadcast`."""
     return PersistentOp(_broadcast(comm, buf, root), stream)
 
 
-def all_gather_init(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
-                    out: Any = None) -> PersistentOp:
-    """:func:`all_gather`, checked once."""
+def all_gather_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, *,
+                    stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_gather`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`all_gather`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_gather(comm, send, recv), stream)
 
 
-def all_gather_v_init(comm: CommCore, send: Any, recv: Any = None, recv_counts: _Counts = None,
-                      recv_displs: _Counts = None, *, stream: Optional[Stream] = None,
-                      out: Any = None) -> PersistentOp:
-    """:func:`all_gather_v`, checked once."""
+def all_gather_v_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                      recv_counts: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
+                      stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_gather_v`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`all_gather_v`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_gather_v(comm, send, recv, recv_counts, recv_displs), stream)
 
 
-def scatter_init(comm: CommCore, send: Any, recv: Any = None, root: int = 0, *, stream: Optional[Stream] = None,
-                 out: Any = None) -> PersistentOp:
-    """:func:`scatter`, checked once."""
+def scatter_init(comm: Communicator, send: Optional[BufferLike], recv: Optional[BufferLike] = None, root: int = 0, *,
+                 stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`scatter`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`scatter`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_scatter(comm, send, recv, root), stream)
 
 
-def all_to_all_init(comm: CommCore, send: Any, recv: Any = None, *, stream: Optional[Stream] = None,
-                    out: Any = None) -> PersistentOp:
-    """:func:`all_to_all`, checked once."""
+def all_to_all_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None, *,
+                    stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_to_all`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`all_to_all`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_to_all(comm, send, recv), stream)
 
 
-def all_to_all_v_init(comm: CommCore, send: Any, recv: Any = None, send_counts: _Counts = None,
-                      recv_counts: _Counts = None, send_displs: _Counts = None,
-                      recv_displs: _Counts = None, *, stream: Optional[Stream] = None,
-                      out: Any = None) -> PersistentOp:
-    """:func:`all_to_all_v`, checked once."""
+def all_to_all_v_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                      send_counts: Optional[Sequence[int]] = None, recv_counts: Optional[Sequence[int]] = None,
+                      send_displs: Optional[Sequence[int]] = None, recv_displs: Optional[Sequence[int]] = None, *,
+                      stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_to_all_v`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`all_to_all_v`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_to_all_v(comm, send, recv, send_counts, recv_counts, send_displs,
                                       recv_displs), stream)
 
 
-def all_to_all_vc_init(comm: CommCore, send: Any, recv: Any = None, send_count_matrix: Any = None, *,
-                       stream: Optional[Stream] = None, out: Any = None) -> PersistentOp:
-    """:func:`all_to_all_vc`, checked once."""
+def all_to_all_vc_init(comm: Communicator, send: BufferLike, recv: Optional[BufferLike] = None,
+                       send_count_matrix: Optional[Sequence[Sequence[int]]] = None, *,
+                       stream: Optional[Stream] = None, out: Optional[BufferLike] = None) -> PersistentOp:
+    """:func:`all_to_all_vc`, checked once: each ``start()`` queues it. It takes the arguments of
+    :func:`all_to_all_vc`."""
     if out is not None:
         recv = _output(recv, out)
     return PersistentOp(_all_to_all_vc(comm, send, recv, send_count_matrix), stream)
 
 
-def send_init(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> PersistentOp:
-    """:func:`send`, checked once."""
+def send_init(comm: Communicator, buf: BufferLike, peer: int, *, stream: Optional[Stream] = None) -> PersistentOp:
+    """:func:`send`, checked once: each ``start()`` queues it. It takes the arguments of :func:`send`."""
     return PersistentOp(_send(comm, buf, peer), stream)
 
 
-def recv_init(comm: CommCore, buf: Any, peer: int, *, stream: Optional[Stream] = None) -> PersistentOp:
-    """:func:`recv`, checked once."""
+def recv_init(comm: Communicator, buf: BufferLike, peer: int, *, stream: Optional[Stream] = None) -> PersistentOp:
+    """:func:`recv`, checked once: each ``start()`` queues it. It takes the arguments of :func:`recv`."""
     return PersistentOp(_recv(comm, buf, peer), stream)
 
 
-def batch_send_recv_init(comm: CommCore, items: Sequence[Tuple[str, Any, int]], *,
+def batch_send_recv_init(comm: Communicator, items: Sequence[Tuple[str, BufferLike, int]], *,
                          stream: Optional[Stream] = None) -> PersistentOp:
-    """:func:`batch_send_recv`, checked once."""
+    """:func:`batch_send_recv`, checked once: each ``start()`` queues it. It takes the arguments
+    of :func:`batch_send_recv`."""
     return PersistentOp(_batch_send_recv(comm, items), stream)
 
 
-def barrier_init(comm: CommCore, *, stream: Optional[Stream] = None) -> PersistentOp:
-    """A barrier queued by each ``start()`` (on a stream: it does not block)."""
+def barrier_init(comm: Communicator, *, stream: Optional[Stream] = None) -> PersistentOp:
+    """A barrier queued by each ``start()``, on a stream: it does not block (see :func:`barrier`)."""
     return PersistentOp(_barrier(comm), stream)

@@ -10,7 +10,7 @@ The scratch grows to the largest size used, in steps, so steady-state calls allo
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
 
 from .._comm_core import CommCore
 from ..errors import AclError, HcclpyError
@@ -18,6 +18,9 @@ from ..runtime import DeviceArray, Stream, empty
 from ..runtime._waits import seconds
 from ..types import DataType
 from . import _group
+
+if TYPE_CHECKING:
+    from ..communicator import Communicator
 
 __all__ = ["Staging", "release"]
 
@@ -172,7 +175,7 @@ def _new(comm: CommCore) -> Staging:
     return state
 
 
-def release(comm: CommCore, timeout: Optional[float] = None) -> bool:
+def release(comm: Communicator, timeout: Optional[float] = None) -> bool:
     """Give back a communicator's staging memory (device scratch and its stream).
 
     The scratch grows to the largest array staged; after a one-off large operation this returns it

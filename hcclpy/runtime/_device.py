@@ -70,14 +70,14 @@ class Device:
     ...     x = hcclpy.zeros(1024, "float32")
     """
 
-    _instances: Dict[int, "Device"] = {}
+    _instances: Dict[int, Device] = {}
     _lock = threading.Lock()
-    _default_streams: Dict[int, "Stream"] = {}
+    _default_streams: Dict[int, Stream] = {}
     _local = threading.local()
 
     __slots__ = ("_id",)
 
-    def __new__(cls, device_id: DeviceLike = 0) -> "Device":
+    def __new__(cls, device_id: DeviceLike = 0) -> Device:
         if isinstance(device_id, Device):
             return device_id
         if isinstance(device_id, np.integer):
@@ -109,7 +109,7 @@ class Device:
         return self._id
 
     @classmethod
-    def current(cls) -> Optional["Device"]:
+    def current(cls) -> Optional[Device]:
         """The calling thread's current device, or None."""
         device_id = current_device_id()
         return None if device_id is None else cls(device_id)
@@ -129,7 +129,7 @@ class Device:
         """
         set_current_device(self._id)
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         stack: List[Optional[int]] = self._local.__dict__.setdefault("stack", [])
         previous = current_device_id()
         self.set_current()  # may refuse the id: only then is there an __exit__ to undo it
@@ -155,13 +155,13 @@ class Device:
             _ffi.check_acl(_ffi.api().aclrtGetMemInfo(1, free, total), "aclrtGetMemInfo")  # ACL_HBM_MEM
         return int(free[0]), int(total[0])
 
-    def create_stream(self, *, priority: int = 0) -> "Stream":
+    def create_stream(self, *, priority: int = 0) -> Stream:
         """A new stream on this device (``priority`` 0..7, 0 is the default)."""
         from ._stream import Stream
 
         return Stream._create(self, priority)
 
-    def create_event(self, *, timing: bool = True) -> "Event":
+    def create_event(self, *, timing: bool = True) -> Event:
         """A new event on this device; ``timing=False`` events cannot measure elapsed time."""
         from ._event import Event
 
@@ -171,7 +171,7 @@ class Device:
         return Event._create(self, timing)
 
     @property
-    def default_stream(self) -> "Stream":
+    def default_stream(self) -> Stream:
         """A stream hcclpy creates per device and process, used wherever ``stream=None``.
 
         Every communicator of the device in the process shares it: communicators used concurrently
@@ -198,8 +198,9 @@ class Device:
         return stream
 
 
-# What every device argument takes: a device id (an int, NumPy's too) or a Device.
 DeviceLike = Union[int, "np.integer[Any]", Device]
+"""What a ``device`` argument takes: a logical device id (an ``int``, NumPy's too) or a
+:class:`Device`."""
 
 
 def _forget_streams_after_fork() -> None:

@@ -34,7 +34,7 @@ class Event:
         raise TypeError("create events with Device.create_event() or Stream.record()")
 
     @classmethod
-    def _create(cls, device: Device, timing: bool) -> "Event":
+    def _create(cls, device: Device, timing: bool) -> Event:
         bound = _ffi.api()
         out = _ffi.new("aclrtEvent *")
         with device:
@@ -77,7 +77,7 @@ class Event:
         """True once the event has been closed; False otherwise."""
         return not self._finalizer.alive
 
-    def record(self, stream: "Optional[Stream]" = None) -> None:
+    def record(self, stream: Optional[Stream] = None) -> None:
         """Record the event at the current end of ``stream`` (the device's default stream if None)."""
         from ._stream import Stream
 
@@ -146,7 +146,7 @@ class Event:
             raise self._failure(rc, name, ms)
         self._seen_complete()
 
-    def elapsed_time(self, end: "Event") -> float:
+    def elapsed_time(self, end: Event) -> float:
         """Milliseconds from this event to ``end``; both must be recorded and complete.
 
         Raises
@@ -173,7 +173,7 @@ class Event:
         """Destroy the event. Idempotent."""
         close_now(self._finalizer)
 
-    def __enter__(self) -> "Event":
+    def __enter__(self) -> Event:
         return self
 
     def __exit__(self, *exc: object) -> None:

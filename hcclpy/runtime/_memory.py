@@ -19,6 +19,7 @@ from ._stream import Stream
 __all__ = ["DeviceArray", "empty", "zeros", "from_numpy", "pinned_empty"]
 
 ShapeLike = Union[int, Sequence[int]]
+"""What a ``shape`` argument takes: a number of elements, or a sequence of dimensions."""
 
 _H2D, _D2H, _D2D = 1, 2, 3  # aclrtMemcpyKind
 _HUGE_FIRST = 0  # ACL_MEM_MALLOC_HUGE_FIRST
@@ -29,7 +30,7 @@ _MAX_BYTES = 2**63  # size_t is 64 bits; anything near it is a mistake, not an a
 # Allocations closed while a stream still held an array of them for queued work, by id: freed
 # when no stream holds one any more (looked at by later allocations and closes) or by the
 # collector. Weak: a deferred allocation nobody references is the collector's to free.
-_deferred: "dict[int, weakref.ref]" = {}
+_deferred: dict[int, weakref.ref] = {}
 
 
 def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
@@ -62,7 +63,7 @@ def _device_of(device: Any) -> Device:
     return dev
 
 
-def _held_by_a_stream(alloc: "_Allocation") -> bool:
+def _held_by_a_stream(alloc: _Allocation) -> bool:
     """True if a stream (open, or parked after collection) keeps ``alloc`` alive for queued work:
     an array of it, or the allocation itself (which the operations hold for their arrays)."""
     return any(_stream.holds(item, alloc) for item in _stream.held_objects(alloc.device_id))
@@ -91,7 +92,7 @@ def copy_bytes(dst: int, src: int, nbytes: int, kind: int, stream: Optional[Stre
                                               stream._cdata()), "aclrtMemcpyAsync")
 
 
-def settle(alloc: "_Allocation", stream: Optional[Stream] = None) -> None:
+def settle(alloc: _Allocation, stream: Optional[Stream] = None) -> None:
     """Order an access to ``alloc`` after the work queued that uses it, on every stream: the host
     waits for those streams (``stream`` None: the access happens now), or ``stream`` waits for them
     on the device. The streams' keep-alive lists say which work that is; with nothing queued, it
@@ -155,7 +156,7 @@ class DeviceArray:
         raise TypeError("create device arrays with hcclpy.empty(), hcclpy.zeros() or hcclpy.from_numpy()")
 
     @classmethod
-    def _view(cls, alloc: _Allocation, offset: int, shape: Tuple[int, ...], dtype: DataType) -> "DeviceArray":
+    def _view(cls, alloc: _Allocation, offset: int, shape: Tuple[int, ...], dtype: DataType) -> DeviceArray:
         self = object.__new__(cls)
         self._alloc = alloc
         self._offset = offset
@@ -243,7 +244,7 @@ class DeviceArray:
 
     # ------------------------------------------------------------------------ views
 
-    def __getitem__(self, key: Any) -> "DeviceArray":
+    def __getitem__(self, key: Any) -> DeviceArray:
         if not self._shape:
             raise IndexError("a 0-d DeviceArray cannot be indexed")
         rows, row_bytes = self._shape[0], math.prod(self._shape[1:]) * self._dtype.itemsize
@@ -263,7 +264,7 @@ class DeviceArray:
         index %= rows
         return DeviceArray._view(self._alloc, self._offset + index * row_bytes, self._shape[1:], self._dtype)
 
-    def view(self, dtype: Any) -> "DeviceArray":
+    def view(self, dtype: Any) -> DeviceArray:
         """The same bytes as a 1-D array of another element type (the byte size must divide, and
         the first byte must be aligned to the new element size: every DeviceArray is aligned, as
         HCCL's reductions require, so the operations need not check)."""
@@ -276,7 +277,7 @@ class DeviceArray:
                              f"{datatype.itemsize} bytes")
         return DeviceArray._view(self._alloc, self._offset, (self.nbytes // datatype.itemsize,), datatype)
 
-    def reshape(self, *shape: Any) -> "DeviceArray":
+    def reshape(self, *shape: Any) -> DeviceArray:
         """A view with another shape (one dimension may be -1)."""
         given = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
         dims = list(_shape_of(given, negative_ok=True))
@@ -324,7 +325,7 @@ class DeviceArray:
         if stream is not None and self.nbytes:
             stream._hold(keep)
 
-    def copy_from(self, src: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
+    def copy_from(self, src: Union[np.ndarray, DeviceArray], *, stream: Optional[Stream] = None) -> None:
         """Copy ``src`` (same dtype and size) into this array.
 
         Without ``stream`` the copy is done when the call returns. With ``stream`` it is queued there,
@@ -350,7 +351,7 @@ class DeviceArray:
         settle(self._alloc, stream)
         self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array))
 
-    def copy_to(self, dst: Union[np.ndarray, "DeviceArray"], *, stream: Optional[Stream] = None) -> None:
+    def copy_to(self, dst: Union[np.ndarray, DeviceArray], *, stream: Optional[Stream] = None) -> None:
         """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable and
         C-contiguous). Queued on ``stream`` if given, as for :meth:`copy_from`."""
         self._check_open()
@@ -415,7 +416,7 @@ class DeviceArray:
         if _deferred:
             _free_deferred()
 
-    def __enter__(self) -> "DeviceArray":
+    def __enter__(self) -> DeviceArray:
         return self
 
     def __exit__(self, *exc: object) -> None:

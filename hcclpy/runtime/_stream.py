@@ -65,7 +65,7 @@ def drop_holder(holdings: _Holdings) -> None:
     holdings.held = []
 
 
-def users(target: Any, device_id: int) -> List["Stream"]:
+def users(target: Any, device_id: int) -> List[Stream]:
     """The open streams of device ``device_id`` whose queued work holds ``target`` (see :func:`holds`)."""
     found = []
     for holdings in _registry.copy():
@@ -168,7 +168,7 @@ class Stream:
                         "Stream.from_handle()")
 
     @classmethod
-    def _wrap(cls, handle: int, device: Device, owned: bool, owner: Any = None) -> "Stream":
+    def _wrap(cls, handle: int, device: Device, owned: bool, owner: Any = None) -> Stream:
         self = object.__new__(cls)
         self._handle = handle
         self._ptr_cdata = _ffi.cast("aclrtStream", handle)
@@ -210,7 +210,7 @@ class Stream:
         return self
 
     @classmethod
-    def _create(cls, device: Device, priority: int = 0) -> "Stream":
+    def _create(cls, device: Device, priority: int = 0) -> Stream:
         if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 7:
             raise ValueError(f"priority={priority!r} must be an int in 0..7")
         destroy_parked()
@@ -225,7 +225,7 @@ class Stream:
         return cls._wrap(_ffi.address(out[0]), device, owned=True)
 
     @classmethod
-    def from_handle(cls, handle: int, *, device: DeviceLike, owner: Any = None) -> "Stream":
+    def from_handle(cls, handle: int, *, device: DeviceLike, owner: Any = None) -> Stream:
         """Borrow a stream created elsewhere (``handle`` is its ``aclrtStream`` as an int).
 
         hcclpy never destroys a borrowed stream: whoever created it must keep it alive while hcclpy
@@ -471,7 +471,7 @@ class Stream:
             finally:
                 self._held = self._holdings.held
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         self._check_open()
         return self
 

@@ -35,6 +35,7 @@ __all__ = ["BACKEND", "BackendError", "BackendMismatchError", "BackendRemoteErro
            "reduce_scatter_tensor_uneven"]
 
 BACKEND = "hcclpy"
+"""The name this module registers the backend under: ``dist.init_process_group(BACKEND)``."""
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu", "npu"])
@@ -110,8 +111,15 @@ def reduce_scatter_tensor_uneven(output: torch.Tensor, input: torch.Tensor,
         Rows per rank; None or empty means equal blocks.
     op : torch.distributed.ReduceOp
         SUM, PRODUCT, MIN, MAX, AVG (floating point) or PREMUL_SUM.
-    group, async_op
-        As for :func:`all_gather_into_tensor_uneven`.
+    group : ProcessGroup, optional
+        An hcclpy group (default: the default group).
+    async_op : bool
+        Return a Work to wait on instead of blocking.
+
+    Raises
+    ------
+    ValueError
+        When the sizes do not add up to ``input``'s first dimension or disagree with ``output``.
 
     Examples
     --------

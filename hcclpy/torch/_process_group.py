@@ -157,7 +157,7 @@ def _device_type(tensor: torch.Tensor) -> str:
 
 
 # The group of the default (world) process group: sub-groups are split from its communicator.
-_world_group: Optional["ProcessGroupHcclpy"] = None
+_world_group: Optional[ProcessGroupHcclpy] = None
 
 
 def _sub_id(group_name: str) -> int:
@@ -221,19 +221,24 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
     # ------------------------------------------------------------------ identity and life cycle
 
     def getBackendName(self) -> str:
+        """The backend's name, ``"hcclpy"``."""
         return "hcclpy"
 
     # torch keeps group names in the backends a C++ group holds; a Python group keeps its own.
     def setGroupName(self, name: str) -> None:
+        """Set the group's name (torch names groups as it creates them)."""
         self._group_name = name
 
     def getGroupName(self) -> str:
+        """The group's name."""
         return self._group_name
 
     def setGroupDesc(self, description: str) -> None:
+        """Set the group's description (torch's ``group_desc``)."""
         self._group_desc = description
 
     def getGroupDesc(self) -> str:
+        """The group's description."""
         return self._group_desc
 
     # ------------------------------------------------------------------- torch's Backend interface
@@ -251,7 +256,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         """The device types this group serves: CPU, and NPU where torch_npu is loaded."""
         return [torch.device(kind) for kind in _served_devices()]
 
-    def _get_backend(self, device: Any) -> "ProcessGroupHcclpy":
+    def _get_backend(self, device: Any) -> ProcessGroupHcclpy:
         """The backend of ``device`` (a ``torch.device`` or its type): this group, for CPU and NPU
         tensors. Raises ``RuntimeError`` for another device type, as torch does (torch's own
         helpers probe for a CUDA backend and catch that)."""
@@ -262,6 +267,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return self
 
     def name(self) -> str:
+        """The backend's name, ``"hcclpy"``."""
         return "hcclpy"
 
     @property
@@ -280,6 +286,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
     supports_shrinking = False
 
     def supports_tensor_alloc(self, device: Any) -> bool:
+        """False: the group allocates no tensors for torch (torch's symmetric-memory interface)."""
         return False
 
     def eager_connect_single_device(self, device: Any) -> None:
@@ -316,6 +323,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         log.info("process group %r destroyed", self._label)
 
     def abort(self) -> None:
+        """As :meth:`shutdown` (torch calls it when a group is aborted)."""
         self.shutdown()
 
     # ------------------------------------------------------------------------------ plumbing
@@ -416,6 +424,10 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         self._reduction_output(tensor, work, plan)
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Work:
+        """``dist.all_reduce``: reduce each tensor across ranks, in place.
+
+        A small blocking all-reduce of one CPU tensor takes a short path (no executor hand-off)
+        when the group has nothing queued."""
         if opts is None:
             opts = dist.AllreduceOptions()
         if not opts.asyncOp and type(tensors) is list and len(tensors) == 1:
@@ -455,9 +467,11 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return Done([tensor])
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Work:
+        """``dist.all_reduce_coalesced``: :meth:`allreduce` of several tensors, as one operation."""
         return self.allreduce(tensors, opts or dist.AllreduceCoalescedOptions())
 
     def reduce(self, tensors: Any, opts: Any = None) -> Work:
+        """``dist.reduce``: reduce each tensor across ranks into the root's (``opts.rootRank``)."""
         opts = opts or dist.ReduceOptions()
         tensors = self._tensors(tensors, "reduce", "tensors")
         root = self._root(opts.rootRank, "reduce")
@@ -494,6 +508,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return body
 
     def reduce_scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> Work:
+        """``dist.reduce_scatter``: rank ``r``'s output receives the reduction of every rank's ``input_list[r]``."""
         opts = opts or dist.ReduceScatterOptions()
         outputs = self._tensors(outputs, "reduce_scatter", "output")
         bodies = [self._reduce_scatter_body(self._tensors(inputs, "reduce_scatter", "input_list"), out,
@@ -518,9 +533,11 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return list(flat.chunk(self.size())) if tensor.numel() else [flat] * self.size()
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        """``dist.reduce_scatter_tensor``: ``output`` receives this rank's block of the reduction of every rank's ``input``."""
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        """:meth:`reduce_scatter_single` of several tensor pairs, as one operation."""
         opts = opts or dist.ReduceScatterOptions()
         operation = "reduce_scatter_tensor"
         outputs = self._tensors(outputs, operation, "output")
@@ -532,6 +549,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
     # ------------------------------------------------------------------------- data movement
 
     def broadcast(self, tensors: Any, opts: Any = None) -> Work:
+        """``dist.broadcast``: copy the root's tensors (``opts.rootRank``) into every other rank's."""
         opts = opts or dist.BroadcastOptions()
         tensors = self._tensors(tensors, "broadcast", "tensors")
         root = self._root(opts.rootRank, "broadcast")
@@ -603,9 +621,11 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return self._issue(operation, inputs + written, written, _all(bodies), opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        """``dist.all_gather_into_tensor``: ``output`` receives every rank's ``input``, in rank order."""
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        """:meth:`all_gather_single` of several tensor pairs, as one operation."""
         operation = "all_gather_into_tensor"
         outputs = self._tensors(outputs, operation, "output")
         inputs = self._tensors(inputs, operation, "input")
@@ -643,6 +663,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return list(tensor.split(sizes))
 
     def alltoall(self, outputs: Any, inputs: Any, opts: Any = None) -> Work:
+        """``dist.all_to_all``: ``outputs[j]`` receives rank ``j``'s ``inputs[rank]``."""
         operation = "all_to_all"
         outputs = self._tensors(outputs, operation, "output_tensor_list")
         inputs = self._tensors(inputs, operation, "input_tensor_list")
@@ -654,6 +675,9 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Sequence[int],
                           input_split_sizes: Sequence[int], opts: Any = None) -> Work:
+        """``dist.all_to_all_single``: blocks of ``input`` along the first dimension go to each rank
+        (``input_split_sizes`` rows each; empty: equal blocks), ``output`` receives theirs
+        (``output_split_sizes``)."""
         operation = "all_to_all_single"
         output, input = self._tensors([output, input], operation, "tensors")
         body = self._all_to_all_body(self._rows(input, input_split_sizes, operation),
@@ -661,6 +685,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return self._issue(operation, [output, input], [output], body, opts)
 
     alltoall_base = all_to_all_single
+    """torch's other name of :meth:`all_to_all_single`."""
 
     def _all_to_all_body(self, sources: List[torch.Tensor], targets: List[torch.Tensor], operation: str) -> Body:
         self._alike(sources + targets, operation)
@@ -677,6 +702,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return lambda transport: transport.whole(sources, sum(send), targets, sum(recv), dtype, launch)
 
     def scatter(self, outputs: Any, input_lists: Any, opts: Any = None) -> Work:
+        """``dist.scatter``: rank ``r``'s output receives the root's ``input_list[r]`` (``opts.rootRank``)."""
         opts = opts or dist.ScatterOptions()
         operation = "scatter"
         outputs = self._tensors(outputs, operation, "output")
@@ -703,6 +729,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return self._issue(operation, outputs + (sources or []), outputs, body, opts)
 
     def gather(self, output_lists: Any, inputs: Any, opts: Any = None) -> Work:
+        """``dist.gather``: the root's ``output_list[r]`` receives rank ``r``'s input (``opts.rootRank``)."""
         opts = opts or dist.GatherOptions()
         operation = "gather"
         source = self._tensors(inputs, operation, "input")[0]
@@ -730,6 +757,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             [("send", source, dtype, count, root)]), opts)
 
     def barrier(self, opts: Any = None) -> Work:
+        """``dist.barrier``: a Work that completes once every rank has reached the barrier."""
         return self._issue("barrier", [], [], lambda transport: transport.barrier(), opts)
 
     # ---------------------------------------------------------------------------- point to point
@@ -780,12 +808,21 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         return channel.submit(body, work)
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Work:
+        """``dist.send``: send the tensor to rank ``dst`` (tags tell transfers between the same ranks apart)."""
         return self._transfer("send", tensors, dst, True, tag)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Work:
+        """``dist.recv`` from rank ``src``: receive into the tensor."""
         return self._transfer("recv", tensors, src, False, tag)
 
     def recv_anysource(self, tensors: Any, tag: int = 0) -> Work:
+        """``dist.recv`` without ``src``: refused (HCCL receives from a named peer).
+
+        Raises
+        ------
+        ValueError
+            Always.
+        """
         raise ValueError("recv without a source rank is not supported by the hcclpy backend: HCCL receives from "
                          "a named peer; pass src")
 

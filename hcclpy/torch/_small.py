@@ -44,7 +44,7 @@ class SmallAllReduce:
         self._comm = comm
         self._stream: Optional[Stream] = None
         self._scratch: Optional[DeviceArray] = None
-        self._ops: "collections.OrderedDict[Key, Any]" = collections.OrderedDict()
+        self._ops: collections.OrderedDict[Key, Any] = collections.OrderedDict()
         # What a failed call left behind: work may still be queued on them, so they are let go
         # of when the group is destroyed, after its communicator.
         self._retired: List[Any] = []

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import torch
 
 from .. import collectives, host
-from .._comm_core import CommCore
+from ..communicator import Communicator
 from ..runtime import Event, Stream
 from ..types import DataType
 
@@ -50,7 +50,7 @@ def _pieces(tensors: Optional[Sequence[torch.Tensor]]) -> Any:
 class HostTransport:
     """CPU tensors, staged through the device; every call blocks until it is done."""
 
-    def __init__(self, comm: CommCore) -> None:
+    def __init__(self, comm: Communicator) -> None:
         self.comm = comm
 
     def elementwise(self, source: Optional[torch.Tensor], result: Optional[torch.Tensor], dtype: DataType,
@@ -75,7 +75,7 @@ class HostTransport:
 class DeviceTransport:
     """NPU tensors, by device pointer on ``stream`` (the caller's current NPU stream)."""
 
-    def __init__(self, comm: CommCore, stream: Stream) -> None:
+    def __init__(self, comm: Communicator, stream: Stream) -> None:
         self.comm = comm
         self.stream = stream
 
@@ -124,7 +124,7 @@ class DeviceTransport:
         return event
 
 
-def npu_stream(comm: CommCore) -> Stream:
+def npu_stream(comm: Communicator) -> Stream:
     """torch_npu's current stream on the communicator's device, borrowed (not owned)."""
     current = torch.npu.current_stream()  # type: ignore[attr-defined]  # present with torch_npu
     return Stream.from_handle(current.npu_stream, device=comm.device, owner=current)

@@ -91,6 +91,20 @@ class Work(dist.Work):
             on_wait()
 
     def wait(self, timeout: Any = None) -> bool:
+        """Block until the operation has finished; True, or its exception raised.
+
+        Parameters
+        ----------
+        timeout
+            The longest wait (seconds or a ``timedelta``); None: the process group's timeout.
+
+        Raises
+        ------
+        BackendTimeoutError
+            If the operation has not finished in time.
+        BackendError
+            If the operation failed.
+        """
         self._start()
         limit = seconds(timeout, self._timeout + _OUTCOME_GRACE)
         if not self._done.wait(limit):
@@ -100,6 +114,7 @@ class Work(dist.Work):
         return True
 
     def is_completed(self) -> bool:
+        """Whether the operation has finished (successfully or not), without waiting."""
         self._start()
         return self._done.is_set()
 
@@ -109,16 +124,21 @@ class Work(dist.Work):
             f"{_OUTCOME_GRACE:g} s for the operation to report its own failure"))
 
     def is_success(self) -> bool:
+        """Whether the operation has finished without an error."""
         return self._done.is_set() and self._error is None
 
     def exception(self) -> Optional[BaseException]:
+        """The operation's exception, or None (not finished, or succeeded)."""
         return self._error
 
     def result(self) -> List[torch.Tensor]:
+        """Wait (as :meth:`wait`), then return the operation's output tensors."""
         self.wait()
         return self._outputs
 
     def get_future(self) -> Future:
+        """A ``torch.futures.Future`` completed with the output tensors (or the exception) when the
+        operation finishes, as DDP's communication hooks use it."""
         self._start()
         with self._lock:
             created = self._future is None
