@@ -40,6 +40,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
 from . import _jobsecret
 from ._caller import warn_at_caller
+from ._launchers import LAUNCHERS
 from ._progress import Progress
 from .communicator import Communicator, _rank_table_path
 from .config import CommConfig
@@ -177,15 +178,8 @@ def first_host(nodelist: str) -> str:
 def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
     """Read rank, sizes and rendezvous address from the environment (see the module docstring)."""
     env = os.environ if env is None else env
-    candidates = (
-        ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"),
-        ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_JOB_ID"),
-        ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-         "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE"),
-        ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME"),
-    )
     partial = None  # a launcher's rank without its size, or the reverse
-    for launcher, rank_var, size_var, local_var, local_size_var, job_var in candidates:
+    for launcher, rank_var, size_var, local_var, local_size_var, job_var in LAUNCHERS:
         rank, size = _int_env(env, rank_var), _int_env(env, size_var)
         if rank is None or size is None:
             # A Slurm batch script outside any step may have SLURM_PROCID alone.

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Union
 
 from . import _ffi, _trace
+from ._launchers import launch_rank
 from .errors import AclError, AclErrorCode, CommTimeoutError, HcclError, RemoteRankError
 from .types import DataType, ReduceOp
 
@@ -149,9 +150,7 @@ def label(item: Dict[str, Any]) -> str:
 
 
 def _process() -> Dict[str, Any]:
-    rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") \
-        or os.environ.get("SLURM_PROCID")
-    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": int(rank) if rank and rank.isdigit() else None,
+    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": launch_rank(os.environ),
             "dumped_ns": time.time_ns()}
 
 

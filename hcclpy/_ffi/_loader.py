@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from .._launchers import launch_rank
 from ..errors import LibraryNotFoundError, SimulatorFallbackWarning
 
 __all__ = ["LoadedLibrary", "SimulatorFallbackWarning", "open_libraries"]
@@ -249,7 +250,9 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
         raise LibraryNotFoundError(
             why + " could not be built or loaded: " + str(exc)
             + ("\nCANN candidates tried:\n" + "\n".join(failures) if failures else "")) from exc
-    if choice == "auto":  # only now: a simulator that cannot be built is an error, not a fallback
+    # Only now: a simulator that cannot be built is an error, not a fallback. Once a job: by its
+    # rank 0 (or the process that runs alone), as its launcher numbers it.
+    if choice == "auto" and launch_rank(os.environ) in (None, 0):
         _warn_from_caller("hcclpy: no CANN installation found, running on the CPU simulator "
                           "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning)
     return opened

@@ -123,13 +123,22 @@ def test_an_override_without_the_other_library_does_not_fall_back(sim_home):
     assert "libhccl.so (system loader):" in out
 
 
-def test_no_override_still_falls_back_to_the_simulator():
+@pytest.mark.parametrize("launcher, notice", [
+    ({}, True),  # alone
+    ({"RANK": "0", "WORLD_SIZE": "2"}, True),  # rank 0 says it for the job...
+    ({"RANK": "1", "WORLD_SIZE": "2"}, False),  # ...the other ranks do not
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, True),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, False),
+    ({"PMI_RANK": "2", "PMI_SIZE": "4"}, False),
+])
+def test_no_override_still_falls_back_to_the_simulator_and_says_so_once_a_job(launcher, notice):
     env = {k: v for k, v in os.environ.items() if k not in _SEARCH_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_IMPORT_ROOT, os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", "import hcclpy; print(hcclpy.backend())"], env=env,
+    done = subprocess.run([sys.executable, "-c", "import hcclpy; print(hcclpy.backend())"], env={**env, **launcher},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "sim" and "SimulatorFallbackWarning" in done.stderr
+    assert done.stdout.strip() == "sim"
+    assert done.stderr.count("SimulatorFallbackWarning") == (1 if notice else 0), done.stderr
 
 
 @pytest.mark.parametrize("cache", ["/proc/nope", "file/below"])
