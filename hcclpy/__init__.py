@@ -4,9 +4,10 @@ The binding is pure Python on cffi in ABI mode. Importing :mod:`hcclpy` never lo
 the libraries are found and opened on first use (real CANN when installed, else the simulator built
 by :mod:`hcclpy.sim`).
 
-Layers, each importing only those before it: ``errors``/``types`` → ``_ffi`` (the only code that
-sees cffi) → ``runtime`` (devices, streams, events, memory) → ``collectives`` (operations on device
-buffers) → ``communicator`` (creation and teardown, operations as methods).
+The package, from the bottom up: ``errors`` and ``types``; ``runtime`` (devices, streams, events,
+memory); ``collectives`` (the operations); ``communicator`` (creation and teardown, the operations
+as methods); ``bootstrap`` (:func:`hcclpy.init` from a launcher's environment); ``torch`` (a
+``torch.distributed`` backend). Each module imports only those before it.
 
 Examples
 --------

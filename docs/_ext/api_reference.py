@@ -17,8 +17,9 @@ Two things the source does for speed or layering would read wrong in the referen
   its ``__init__(*args, **kwargs)`` only raises) shows no constructor signature, nor does one
   whose constructor takes private types (``PersistentOp``: the ``*_init`` methods make it). A
   class created through ``__new__`` (``Device``) shows that signature.
-* An attribute that ``__init__`` assigns shows no value: ``self._sock.getsockname()[:2]`` is
-  how it is made, not what it is.
+* An attribute that ``__init__`` assigns shows no value (``self._sock.getsockname()[:2]`` is
+  how it is made, not what it is), nor does one computed from private objects
+  (``OPERATIONS = tuple(_GROUP_OF)``).
 * numpydoc lets one entry of a Parameters section document several parameters (``rank,
   world_size``), and griffe then gives them all the first one's type and default. Such an entry
   becomes one entry per parameter, each with the shared description.
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import griffe
 
@@ -119,6 +120,33 @@ def _documented(obj: griffe.Object) -> List[griffe.Object]:
     return found
 
 
+def _exported(pkg: griffe.Module) -> Set[str]:
+    """Where the names of the public modules' ``__all__`` are defined (``hcclpy.torch.BackendError``
+    is ``hcclpy.torch._errors.BackendError``): classes there are public wherever they live."""
+    found: Set[str] = set()
+    modules = [pkg]
+    while modules:
+        module = modules.pop()
+        for name, member in module.members.items():
+            if not member.is_alias and member.is_module and not name.startswith("_"):
+                modules.append(member)  # type: ignore[arg-type]
+        for name in module.exports or ():
+            member = module.members.get(str(name))
+            try:
+                found.add(member.final_target.path if member is not None and member.is_alias else member.path)
+            except (griffe.AliasResolutionError, griffe.CyclicAliasError, AttributeError):
+                continue
+    return found
+
+
+def _mentions_private(value: Any) -> bool:
+    """Whether an expression names a private object (``tuple(_GROUP_OF)``)."""
+    if not isinstance(value, griffe.Expr):
+        return False
+    return any(isinstance(part, griffe.ExprName) and part.name.startswith("_") and not part.name.startswith("__")
+               for part in value.iterate(flat=True))
+
+
 def _classes(obj: griffe.Object) -> List[griffe.Class]:
     found: List[griffe.Class] = []
     for member in obj.members.values():
@@ -138,9 +166,10 @@ class ApiReference(griffe.Extension):
         if pkg.name != "hcclpy":
             return
         collection = loader.modules_collection
+        exported = _exported(pkg)
         done: Dict[str, griffe.Class] = {}
         for cls in _classes(pkg):
-            self._fold_private_bases(cls, collection, done)
+            self._fold_private_bases(cls, collection, exported, done)
         communicator = pkg["communicator"]["Communicator"]
         for name, member in list(communicator.members.items()):
             self._as_method(communicator, name, member, pkg)
@@ -149,7 +178,8 @@ class ApiReference(griffe.Extension):
             for name, member in list(cls.members.items()):
                 self._other_name(cls, name, member)
         for obj in _documented(pkg):
-            if obj.is_attribute and "instance-attribute" in obj.labels and "class-attribute" not in obj.labels:
+            if obj.is_attribute and ("instance-attribute" in obj.labels and "class-attribute" not in obj.labels
+                                     or _mentions_private(obj.value)):
                 obj.value = None  # (a dataclass field's value is its default: it stays)
             if obj.docstring is not None:
                 obj.docstring.value = first_sentence_first(one_entry_per_parameter(obj.docstring.value))
@@ -174,14 +204,15 @@ class ApiReference(griffe.Extension):
         if only_raises or private_types:
             del cls.members["__init__"]
 
-    def _fold_private_bases(self, cls: griffe.Class, collection: Any, done: Dict[str, griffe.Class]) -> None:
+    def _fold_private_bases(self, cls: griffe.Class, collection: Any, exported: Set[str],
+                            done: Dict[str, griffe.Class]) -> None:
         if cls.path in done:
             return
         done[cls.path] = cls
         bases: List[Any] = []
         for base in cls.bases:
             path = base.canonical_path if isinstance(base, griffe.Expr) else str(base)
-            if not path.startswith("hcclpy.") or not _private(path):
+            if not path.startswith("hcclpy.") or not _private(path) or path in exported:
                 bases.append(base)
                 continue
             try:
@@ -191,7 +222,7 @@ class ApiReference(griffe.Extension):
                 continue
             if private.is_alias:
                 private = private.final_target
-            self._fold_private_bases(private, collection, done)
+            self._fold_private_bases(private, collection, exported, done)
             for name, member in private.members.items():
                 if name not in cls.members and not member.is_alias:
                     cls.set_member(name, copy.copy(member))

@@ -161,6 +161,18 @@ def test_every_public_method_and_property_is_documented(site: Site) -> None:
     assert not missing, f"public members without an entry in the API reference: {sorted(missing)}"
 
 
+LINK = re.compile(r'href="[^"#]*#([^"]+)"')
+
+
+def test_the_overview_links_every_top_level_name(site: Site) -> None:
+    """The reference's first page (reference/hcclpy.md) lists every name of ``hcclpy.__all__``,
+    each linked to its entry."""
+    names = public_names()
+    linked = set(LINK.findall(site.pages["reference/hcclpy/index.html"]))
+    missing = [name for name in hcclpy.__all__ if not paths_of(names, f"hcclpy.{name}") & linked]
+    assert not missing, f"not in the overview (docs/reference/hcclpy.md): {missing}"
+
+
 def private_names() -> Set[str]:
     """The names hcclpy gives its private objects: module globals, class members, modules."""
     found: Set[str] = set()
