@@ -14,10 +14,12 @@ class Progress:
     """Counts the time of one wait of at most ``limit`` seconds; :meth:`tick` prints a line
     ``hcclpy: <what> (12 s of 300 s)`` when a period has passed since the last one."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, first: float = 0.0) -> None:
         self.started = time.monotonic()
         self.limit = limit
-        self._next = self.started + PERIOD
+        # The first line after ``first`` seconds or one period, whichever is longer: a wait that
+        # usually takes a while (another process's build) is announced only when it lasts.
+        self._next = self.started + max(first, PERIOD)
 
     def tick(self, what: Callable[[], str]) -> None:
         """Print ``what()`` if it is time to; ``what`` is called only then."""

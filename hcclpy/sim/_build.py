@@ -18,12 +18,14 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .. import __version__
+from .._progress import Progress
 
 # The directory holding ``src/`` and ``include/``. Private and module-level so that a test can
 # point the build at a copy of the sources; users have no reason to change it.
@@ -46,6 +48,7 @@ _MARKER = "BUILD_INFO.json"
 _LOG = "BUILD_LOG.txt"
 _COMPILE_TIMEOUT = 600.0  # seconds, per compiler run
 _LOCK_TIMEOUT = 1800.0  # seconds spent waiting for another process's build of the same tree
+_EXPECTED_SECONDS = 10  # a build on the 2-core machines CI runs on (6-7 s idle, more under load)
 
 
 class SimulatorBuildError(RuntimeError):
@@ -144,6 +147,11 @@ def build(*, force: bool = False) -> Path:
             for leftover in root.glob(f".sim-{digest}.*"):
                 shutil.rmtree(leftover, ignore_errors=True)
             staging = Path(tempfile.mkdtemp(prefix=f".sim-{digest}.tmp-", dir=root))
+            # Said by the one process that builds (the others of the job wait on the lock), so
+            # that a first run does not look hung.
+            print("hcclpy: compiling the CPU simulator, once for this hcclpy version and compiler (about "
+                  f"{_EXPECTED_SECONDS} s on 2 cores)...", file=sys.stderr, flush=True)
+            started = time.monotonic()
             try:
                 os.chmod(staging, 0o755)
                 _build_tree(staging, tree, sim_dir, compiler, compiler_id, digest)
@@ -151,6 +159,8 @@ def build(*, force: bool = False) -> Path:
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+            print(f"hcclpy: simulator built in {time.monotonic() - started:.0f} s, cached in {tree} "
+                  "(hcclpy sim build builds it ahead of time)", file=sys.stderr, flush=True)
     return tree
 
 
@@ -304,12 +314,14 @@ def _exclusive_lock(path: Path, timeout: float = _LOCK_TIMEOUT) -> Iterator[None
     try:
         # Poll rather than block, so that a wedged builder elsewhere surfaces as an error.
         deadline = time.monotonic() + timeout
+        progress = Progress(timeout, first=3 * _EXPECTED_SECONDS)
         delay = 0.01
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                progress.tick(lambda: f"waiting for another process building the simulator (lock {path})")
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"waited {timeout:.0f} s for another process building the simulator "

@@ -210,6 +210,10 @@ def test_concurrent_builds_make_one_tree(tmp_path: Path, sim_home: Path) -> None
     assert {out for _, out, _ in results} == {str(tmp_path / sim_home.name)}
     assert {p.name for p in tmp_path.iterdir()} == {sim_home.name, sim_home.name + ".lock"}
     assert {p.name for p in (tmp_path / sim_home.name).iterdir()} == _TREE_ENTRIES
+    # The one that builds says so, and where the tree went; the others wait without a word.
+    said = "".join(err for _, _, err in results)
+    assert said.count("hcclpy: compiling the CPU simulator, once for this hcclpy version and compiler") == 1, said
+    assert said.count(f"cached in {tmp_path / sim_home.name} (hcclpy sim build builds it ahead of time)") == 1, said
 
 
 def test_cli_path(sim_home: Path) -> None:
