@@ -23,7 +23,7 @@ from .types import DataType, as_datatype
 if TYPE_CHECKING:
     from .communicator import Communicator
 
-__all__ = ["Pieces", "barrier", "release", "staged", "staged_batch", "staged_elementwise"]
+__all__ = ["barrier", "release", "staged", "staged_batch", "staged_elementwise"]
 
 release = _staging.release
 
