@@ -198,9 +198,11 @@ def private_names() -> Set[str]:
 
 
 def shown(site: Site) -> Iterator[Tuple[str, str, str]]:
-    """(page, what, text) for what a reader sees of each object: its heading, signature, bases,
-    the types of its tables and the titles of its links."""
+    """(page, what, text) for what a reader sees of each object on the reference's pages: its
+    heading, signature, bases, the names and types of its tables and the titles of its links."""
     for page, source in site.pages.items():
+        if not page.startswith("reference/"):
+            continue
         for match in HEADING.finditer(source):
             yield page, f"heading #{match.group(2)}", text(match.group(3))
         for match in SIGNATURE.finditer(source):
