@@ -448,7 +448,7 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
                     store.set(key, f"{server.address[1]} {token.hex()}")
                 missing = _wait_for_ranks(server, f"{host}:{server.address[1]}", limit)
                 if missing:
-                    raise CommTimeoutError(_incomplete(server, missing, f"{host}:{server.address[1]}", limit))
+                    raise CommTimeoutError(server.incomplete(missing))
                 return Communicator(world_size, info, 0, config=config, device=dev)
             finally:
                 server.close()
@@ -513,23 +513,6 @@ def _wait_for_ranks(server: RendezvousServer, where: str, limit: float) -> List[
                               f"rendezvous on {where}")
         missing = server.wait(1.0)
     return missing
-
-
-def _incomplete(server: RendezvousServer, missing: List[int], where: str, limit: float) -> str:
-    """Rank 0's message for a rendezvous that ``missing`` ranks did not join: those it never heard
-    from, and those it refused (which gave up), with the reasons."""
-    refused = {refusal.rank for refusal in server.refusals}
-    silent = [rank for rank in missing if rank not in refused]
-    within = f"within {limit:g} s (the shorter of init()'s timeout and HCCL_CONNECT_TIMEOUT)"
-    if silent:
-        text = f"rank(s) {silent} did not reach the rendezvous on {where} {within}"
-    else:
-        text = f"rank(s) {missing} did not join the rendezvous on {where} {within}"
-    for refusal in server.refusals:
-        text += f"; it refused rank {refusal.rank} (from {refusal.peer}): {refusal.reason}"
-    if server.refused > len(server.refusals):
-        text += f"; it refused {server.refused - len(server.refusals)} more"
-    return text
 
 
 def shutdown(timeout: Optional[float] = None) -> None:

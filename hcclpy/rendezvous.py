@@ -7,6 +7,12 @@ framing with bounded sizes (no pickle, nothing executable crosses the network):
     request:  magic "HCCLPYRV" | version u16 | kind u16 | length u32 | payload
               HELLO payload: token (32 bytes) | rank u32 | world_size u32
     reply:    the same header; kind OK with the root info, or ERROR with a UTF-8 message
+    then:     every second, WAITING with the ranks (u32 each) that have not joined yet, until
+              READY (every rank has the root info) or ERROR (the rendezvous failed: why)
+
+A rank creates its communicator only after READY, so that when a rank never comes, every rank
+(rank 0 included) fails at the rendezvous naming exactly that rank, rather than some ranks waiting
+in HCCL for a rank 0 that gave up on the rendezvous.
 
 The server binds to the address it is given (``MASTER_ADDR``), not to every interface, with one
 exception: a host name other than ``localhost`` that this host resolves to a loopback address (as
@@ -37,8 +43,9 @@ __all__ = ["Refusal", "RendezvousError", "RendezvousServer", "fetch_root_info", 
            "listen_address"]
 
 MAGIC = b"HCCLPYRV"
-VERSION = 1
-HELLO, OK, ERROR = 1, 2, 3
+VERSION = 2
+HELLO, OK, ERROR, WAITING, READY = 1, 2, 3, 4, 5
+STATUS_PERIOD = 1.0  # seconds between two WAITING messages to a rank that has the root info
 HEADER = struct.Struct("!8sHHI")
 HELLO_BODY = struct.Struct("!32sII")
 MAX_PAYLOAD = 64 * 1024
@@ -145,6 +152,8 @@ class RendezvousServer:
 
     def __init__(self, host: str, port: int, world_size: int, token: bytes, payload: bytes,
                  timeout: float = 300.0) -> None:
+        self._host = host
+        self._timeout = timeout
         self._world_size = world_size
         self._token = token
         self._payload = payload
@@ -203,8 +212,20 @@ class RendezvousServer:
                 except (ValueError, struct.error) as exc:
                     reply_kind, reply = ERROR, f"malformed request: {exc}".encode()
                 _send_message(conn, reply_kind, reply)
+                if reply_kind == OK:
+                    self._follow(conn)
         except (OSError, ConnectionError) as exc:  # a client that vanished or stalled
             self.errors.append(f"{peer}: {exc}")
+
+    def _follow(self, conn: socket.socket) -> None:
+        """Tell a served rank, every second, which ranks it waits for, then how the rendezvous ended."""
+        while not self._done.wait(STATUS_PERIOD):
+            _send_message(conn, WAITING, b"".join(struct.pack("!I", r) for r in self.missing()))
+        missing = self.missing()
+        if missing:
+            _send_message(conn, ERROR, self.incomplete(missing).encode())
+        else:
+            _send_message(conn, READY, b"")
 
     def _answer(self, kind: int, body: bytes, peer: Tuple[str, int]) -> Tuple[int, bytes]:
         if kind != HELLO or len(body) != HELLO_BODY.size:
@@ -239,8 +260,31 @@ class RendezvousServer:
         called, or at most ``timeout`` seconds; return the ranks not served yet (empty: all were)."""
         left = max(0.0, self._deadline - time.monotonic()) + 1.0
         self._done.wait(left if timeout is None else min(left, timeout))
+        return self.missing()
+
+    def missing(self) -> List[int]:
+        """The ranks not served yet."""
         with self._lock:
             return [r for r in range(1, self._world_size) if r not in self._served]
+
+    def incomplete(self, missing: List[int]) -> str:
+        """What went wrong for a rendezvous that ``missing`` ranks did not join: those it never heard
+        from, and those it refused (which gave up), with the reasons. Rank 0 raises it, and the
+        ranks it served receive it."""
+        where = f"{self._host}:{self.address[1]}"
+        if time.monotonic() < self._deadline:
+            return f"rank 0 closed the rendezvous on {where} (it failed or was stopped) before rank(s) {missing} joined"
+        refused = {refusal.rank for refusal in self.refusals}
+        silent = [rank for rank in missing if rank not in refused]
+        if silent:
+            text = f"rank(s) {silent} did not reach the rendezvous on {where} within {self._timeout:g} s"
+        else:
+            text = f"rank(s) {missing} did not join the rendezvous on {where} within {self._timeout:g} s"
+        for refusal in self.refusals:
+            text += f"; it refused rank {refusal.rank} (from {refusal.peer}): {refusal.reason}"
+        if self.refused > len(self.refusals):
+            text += f"; it refused {self.refused - len(self.refusals)} more"
+        return text
 
     @property
     def finished(self) -> bool:
@@ -254,9 +298,11 @@ class RendezvousServer:
 
 
 def fetch_root_info(host: str, port: int, rank: int, world_size: int,
-                    token: Union[bytes, Callable[[], Optional[bytes]]], timeout: float) -> bytes:
+                    token: Union[bytes, Callable[[], Optional[bytes]]], timeout: float, *,
+                    until_ready: bool = True) -> bytes:
     """Ask rank 0's rendezvous for the root info, retrying until ``timeout`` seconds have passed,
-    and saying every few seconds that this rank waits.
+    then (``until_ready``) wait until every rank has it; say every few seconds what this rank
+    waits for.
 
     ``token`` is the job's token, or a function that reads it once rank 0 is reached (None: not
     published yet, try again), for a secret rank 0 publishes before it listens.
@@ -264,7 +310,8 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int,
     Raises
     ------
     CommTimeoutError
-        If rank 0 could not be reached in time.
+        If rank 0 could not be reached in time, or another rank did not join the rendezvous (its
+        text is rank 0's, naming that rank).
     RendezvousError
         If rank 0 refused this rank.
     """
@@ -274,20 +321,27 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int,
     while True:
         try:
             left = max(0.05, deadline - time.monotonic())
-            with socket.create_connection((host, port), timeout=min(IO_TIMEOUT, left)) as sock:
-                sock.settimeout(min(IO_TIMEOUT, left))
-                secret = token if isinstance(token, bytes) else token()
-                if secret is None:
-                    raise ConnectionError("rank 0 listens but has not published the job's secret")
-                _send_message(sock, HELLO, HELLO_BODY.pack(secret, rank, world_size))
-                kind, body = _read_message(sock)
-        except (OSError, ConnectionError, ValueError) as exc:
+            sock = socket.create_connection((host, port), timeout=min(IO_TIMEOUT, left))
+        except OSError as exc:
             last_error = exc
         else:
-            if kind == OK:
-                return body
-            raise RendezvousError(f"rank 0's rendezvous at {host}:{port} refused rank {rank}: "
-                                  + body.decode("utf-8", "replace"))
+            with sock:
+                try:
+                    sock.settimeout(min(IO_TIMEOUT, left))
+                    secret = token if isinstance(token, bytes) else token()
+                    if secret is None:
+                        raise ConnectionError("rank 0 listens but has not published the job's secret")
+                    _send_message(sock, HELLO, HELLO_BODY.pack(secret, rank, world_size))
+                    kind, body = _read_message(sock)
+                except (OSError, ConnectionError, ValueError) as exc:
+                    last_error = exc
+                else:
+                    if kind != OK:
+                        raise RendezvousError(f"rank 0's rendezvous at {host}:{port} refused rank {rank}: "
+                                              + body.decode("utf-8", "replace"))
+                    if until_ready:
+                        _until_ready(sock, host, port, rank, deadline, progress)
+                    return body
         if time.monotonic() + delay > deadline:
             raise CommTimeoutError(f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
                                    f"(last error: {last_error}); check MASTER_ADDR/MASTER_PORT (or "
@@ -295,6 +349,31 @@ def fetch_root_info(host: str, port: int, rank: int, world_size: int,
         progress.tick(lambda: f"rank {rank} is waiting for rank 0's rendezvous at {host}:{port} ({last_error})")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _until_ready(sock: socket.socket, host: str, port: int, rank: int, deadline: float, progress: Progress) -> None:
+    """Follow rank 0's news until every rank has the root info."""
+    missing: List[int] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CommTimeoutError(f"rank {rank} has the root info, but rank(s) {missing} had not joined the "
+                                   f"rendezvous at {host}:{port} when its timeout ran out")
+        sock.settimeout(min(IO_TIMEOUT, left))
+        try:
+            kind, body = _read_message(sock)
+        except socket.timeout:
+            continue
+        except (OSError, ConnectionError, ValueError) as exc:
+            raise CommTimeoutError(f"rank 0's rendezvous at {host}:{port} went away while rank {rank} waited for "
+                                   f"the other ranks ({exc}): rank 0 failed or was stopped") from None
+        if kind == READY:
+            return
+        if kind == ERROR:
+            raise CommTimeoutError(body.decode("utf-8", "replace"))
+        missing = [rank for (rank,) in struct.iter_unpack("!I", body)] if kind == WAITING else missing
+        progress.tick(lambda: f"rank {rank} is waiting for rank(s) {', '.join(map(str, missing))} to join the "
+                              f"rendezvous at {host}:{port}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,5 +1,5 @@
 """Every benchmark script runs end to end (tiny sizes, a short budget): these are not tests of
-speed, only that the scripts a reader runs to reproduce the README's tables work and check their
+speed, only that the scripts a reader runs to reproduce the performance tables work and check their
 results."""
 
 from __future__ import annotations

@@ -612,6 +612,28 @@ def test_init_tcp_rendezvous_on_one_host_without_a_token(monkeypatch: pytest.Mon
     run_job(2, "tcp", {**tcp_env(None), "TORCHELASTIC_RUN_ID": "job-17"})
 
 
+def _init_unless_last(rank: int, size: int, info: bytes, env: Dict[str, str]) -> Optional[str]:
+    if rank == size - 1:
+        return None  # never starts
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(rank), **env})
+    try:
+        hcclpy.init(timeout=4.0)
+    except hcclpy.CommTimeoutError as exc:
+        return str(exc)
+    return "joined"
+
+
+def test_every_rank_names_exactly_the_rank_that_never_came() -> None:
+    # Ranks 1 and 2 have the root info; rank 3 never starts. Nobody waits in HCCL for a rank 0 that
+    # gave up: every rank fails at the rendezvous, naming rank 3 alone.
+    said = ranks.run_processes(_init_unless_last, 4, tcp_env("s"), timeout=PROCESS_TIMEOUT)
+    assert said[3] is None
+    for rank in range(3):
+        # Rank 0's verdict, or (when a rank's own timeout ends first) the last news it had from rank 0.
+        assert said[rank] is not None and re.match(r"(rank [12] has the root info, but )?rank\(s\) \[3\] (did not|had "
+                                                   r"not) (reach|join)", said[rank]), (rank, said[rank])
+
+
 def _init_at(rank: int, size: int, info: bytes, addresses: List[str], env: Dict[str, str]) -> Dict[str, Any]:
     return _init_rank(rank, size, info, "tcp", {**env, "MASTER_ADDR": addresses[rank]}, "")
 

@@ -53,8 +53,9 @@ def serve(servers: List[RendezvousServer], world_size: int, *, host: str = HOST,
 
 def fetch(server: RendezvousServer, rank: int, world_size: int, *, token: bytes = TOKEN,
           timeout: float = 5.0) -> bytes:
+    """One rank's root info, without waiting for the other ranks to fetch theirs."""
     host, port = server.address
-    return fetch_root_info(host, port, rank, world_size, token, timeout)
+    return fetch_root_info(host, port, rank, world_size, token, timeout, until_ready=False)
 
 
 def raw(server: RendezvousServer, timeout: float = 5.0) -> socket.socket:

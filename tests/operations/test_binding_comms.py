@@ -4,6 +4,7 @@ rank tables, and init_all driven from one thread with hcclpy.group()."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -414,6 +415,27 @@ def test_communicators_created_inside_a_group(monkeypatch: pytest.MonkeyPatch) -
     assert [(c.rank, c.size) for c in comms] == [(0, 2), (1, 2)]
     for c in comms:
         c.destroy()
+
+
+def _join_unless_last(rank: int, size: int, info: bytes) -> None:
+    if rank == size - 1:
+        return  # never joins
+    hcclpy.Communicator(size, info, rank, device=rank)
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+def test_every_waiting_rank_names_exactly_the_rank_that_never_joined(mode: str) -> None:
+    # Ranks 0-2 wait for rank 3 until HCCL_CONNECT_TIMEOUT; whichever gives up first, none of
+    # them may name another waiting rank (which joined, then left) as missing.
+    outcomes = ranks.run(mode, _join_unless_last, 4, env={"HCCL_CONNECT_TIMEOUT": "2"}, return_exceptions=True,
+                         timeout=60)
+    assert outcomes[3] is None
+    for rank in range(3):
+        error = outcomes[rank]
+        assert isinstance(error, ranks.RankError), (rank, error)
+        text = str(error.exception)
+        assert "missing rank(s) 3" in text and "missing rank(s) 0" not in text, (rank, text)
+        assert not re.search(r"missing rank\(s\) [0-9, ]*[012]", text), (rank, text)
 
 
 # ------------------------------------------------------------- split ids and argument checks

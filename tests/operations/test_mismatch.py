@@ -347,7 +347,7 @@ def test_a_matrix_of_more_ranks_than_the_simulator_publishes_is_still_named_on_e
     from pathlib import Path
 
     env = {**os.environ, "HCCLPY_SIM_DEVICES": "66", "HCCLPY_SIM_DEVICE_MEMORY": "64M", "HCCLPY_BACKEND": "sim"}
-    result = subprocess.run([sys.executable, "-c", _WIDE, str(Path(__file__).parent)], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-c", _WIDE, str(Path(__file__).parents[1])], env=env, capture_output=True,
                             text=True, timeout=200)
     assert result.returncode == 0, result.stderr
     details = dict(line.split(" ", 1) for line in result.stdout.splitlines())

@@ -698,7 +698,7 @@ def _peer_all_reduce(comm: hcclpy.Communicator, values: np.ndarray) -> Callable[
 
 @pytest.mark.timeout(120)
 def test_closing_an_array_that_queued_work_uses_defers_the_free() -> None:
-    # README: "a stream keeps the device arrays of the operations queued on it alive until it knows
+    # docs/objects.md: "a stream keeps the device arrays of the operations queued on it alive until it knows
     # they are done". close() from another thread must not hand their memory to a new array.
     comms = _pair()
     try:

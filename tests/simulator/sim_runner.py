@@ -1,4 +1,4 @@
-"""Build and run the C test programs of this directory (used by ``tests/test_sim_*.py``).
+"""Build and run the C test programs of this directory (used by the ``test_sim_*.py`` files beside it).
 
 Every program takes ``--ranks N --mode threads|procs|mixed`` (plus its own options), runs all its
 cases, prints one ``FAIL ...`` line per failure and ends with ``RESULT: PASS|FAIL``; its exit code

@@ -774,8 +774,10 @@ static int wait_for_ranks(hccl_comm_t *comm, int64_t deadline)
         if (now > deadline) {
             char missing[256] = "";
             size_t used = 0;
+            /* Never joined: a rank that joined and then gave up (its own deadline came a moment
+             * before this one's) is not what the job waits for. */
             for (uint32_t r = 0; r < comm->nranks && used < sizeof missing - 16; r++)
-                if (atomic_load(&comm_slot(comm, r)->state) != SLOT_JOINED)
+                if (atomic_load(&comm_slot(comm, r)->state) < SLOT_JOINED)
                     used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%u", used ? ", " : "", r);
             return hccl_error(HCCL_E_TIMEOUT, "communicator initialisation timed out after HCCL_CONNECT_TIMEOUT: "
                               "%u of %u ranks joined; missing rank(s) %s", joined & ~SEG_JOIN_ABORTED,
