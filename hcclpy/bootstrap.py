@@ -42,7 +42,7 @@ from . import _jobsecret
 from ._caller import warn_at_caller
 from ._launchers import LAUNCHERS
 from ._progress import Progress
-from .communicator import Communicator, _rank_table_path
+from .communicator import Communicator, _named, _rank_table_path
 from .config import CommConfig
 from .errors import CommTimeoutError
 from .rendezvous import RendezvousServer, fetch_root_info, job_token
@@ -294,7 +294,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: O
     """
     global _world
     # Every argument is checked before anything is exchanged or created.
-    config = CommConfig.coerce(config)
+    config = _named(CommConfig.coerce(config), "world")
     launch = detect_launch()
     if mpi_comm is not None:
         rank, world_size = _ranks_of(mpi_comm, rank, world_size)

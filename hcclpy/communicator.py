@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -35,6 +36,16 @@ _AUTO_SUB_ID = 1 << 32
 _ABORT_GRACE = 5.0  # seconds aborted operations get to be released before destroy() reports them
 log = logging.getLogger("hcclpy")
 _NAME_BYTES = 128
+
+
+def _named(config: Optional[CommConfig], name: str) -> Optional[CommConfig]:
+    """``config`` naming the communicator ``name``, unless it names it already (the user's name
+    wins); a name too long for HCCL is left to the library."""
+    if (config is not None and config.name) or len(name.encode()) >= _NAME_BYTES:
+        return config
+    named = dataclasses.replace(config) if config is not None else CommConfig()
+    named.name = name
+    return named
 
 
 def _warn_not_destroyed(name: str) -> None:
@@ -316,8 +327,10 @@ class Communicator(CommCore):
             raise ValueError(f"communicator '{self._name}' was aborted: it cannot be split; destroy it (on every "
                              "rank) and create a new one")
         if sub_id is not None:
-            return self._split_members_only(members, sub_id, CommConfig.coerce(config))
-        cfg = CommConfig.coerce(config)
+            return self._split_members_only(members, sub_id,
+                                            _named(CommConfig.coerce(config), f"{self._name}.split(id={sub_id})"))
+        # Named by its place among the parent's collective splits, which every rank counts alike.
+        cfg = _named(CommConfig.coerce(config), f"{self._name}.split({self._splits})")
         handle = self._live_handle()
         self._splits += 1
         member = self._rank in members

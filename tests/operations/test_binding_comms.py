@@ -417,6 +417,34 @@ def test_communicators_created_inside_a_group(monkeypatch: pytest.MonkeyPatch) -
         c.destroy()
 
 
+def _names_of_splits(rank: int, size: int, info: bytes) -> List[Optional[str]]:
+    with hcclpy.Communicator(size, info, rank, device=rank, config={"name": "job"}) as comm:
+        evens = comm.split([0, 2])
+        pair = comm.split([0, 1])
+        by_id = comm.split([0, 1], sub_id=7) if rank < 2 else None
+        chosen = comm.split([1, 2, 3], config={"name": "mine"})
+        inner = evens.split([0, 1]) if evens else None
+        subs = [evens, pair, by_id, chosen, inner]
+        names = [sub.name if sub else None for sub in subs]
+        for sub in reversed(subs):
+            if sub:
+                sub.destroy()
+        if evens:  # errors say the same name
+            with pytest.raises(Exception, match=r"communicator 'job\.split\(0\)' was destroyed"):
+                evens.all_reduce(np.ones(3, np.float32))
+    return names
+
+
+def test_communicators_have_names_a_person_can_read() -> None:
+    # A split is named after its parent and its place among the parent's splits (or its sub_id);
+    # the name given in a config wins.
+    names = ranks.run_threads(_names_of_splits, 4)
+    assert names == [["job.split(0)", "job.split(1)", "job.split(id=7)", None, "job.split(0).split(0)"],
+                     [None, "job.split(1)", "job.split(id=7)", "mine", None],
+                     ["job.split(0)", None, None, "mine", "job.split(0).split(0)"],
+                     [None, None, None, "mine", None]]
+
+
 def _join_unless_last(rank: int, size: int, info: bytes) -> None:
     if rank == size - 1:
         return  # never joins
