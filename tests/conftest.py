@@ -59,3 +59,15 @@ def compile_c(sim_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Calla
         return binary
 
     return compile_c
+
+
+# Folders whose every test carries a marker (the others mark test by test).
+_FOLDER_MARKERS = {"docs": "docs", "torch_backend": "torch"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        folder = Path(item.path).relative_to(tests).parts[0]
+        if folder in _FOLDER_MARKERS:
+            item.add_marker(_FOLDER_MARKERS[folder])

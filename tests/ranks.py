@@ -62,7 +62,10 @@ def launcher(name: str, ranks: int) -> List[str]:
     if name == "mpiexec":
         found = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable),
                                                                os.environ.get("PATH", "")]))
-        assert found, "no mpiexec: the test dependencies include the mpich wheel (pip install -e '.[test]')"
+        if not found:
+            import pytest
+
+            pytest.skip("no mpiexec on PATH: the test extra installs the mpich wheel (pip install -e '.[test]')")
         return [found, "-n", str(ranks), sys.executable]
     raise ValueError(f"launcher {name!r} must be 'torchrun' or 'mpiexec'")
 

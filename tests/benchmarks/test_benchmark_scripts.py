@@ -62,6 +62,7 @@ def test_compare_times_two_ranks_beside_four_in_the_same_processes(tmp_path: Any
     assert "2 ranks / 4 ranks, side by side in the 4-rank processes: " in (tmp_path / "compare.md").read_text()
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     """With mpi4py and mpiexec there, MPI takes its turns in the hcclpy ranks (one launch, by
@@ -78,6 +79,7 @@ def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     assert "8-byte all_reduce, call + stream sync:" in (tmp_path / "compare.md").read_text()
 
 
+@pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
     """An mpiexec that cannot start the ranks costs MPI's column only: hcclpy's stacks run again

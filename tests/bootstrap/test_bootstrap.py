@@ -148,6 +148,7 @@ def test_concurrent_jobs_get_their_own_job_id() -> None:
     assert detect_launch(hydra).job_id == "" and detect_launch(hydra).master_port == DEFAULT_PORT
 
 
+@pytest.mark.mpi
 def test_two_mpich_jobs_at_once_stay_apart(tmp_path: Path) -> None:
     """Two 2-rank jobs under MPICH's mpiexec, started together: each all-reduces its own values."""
     script = tmp_path / "job.py"

@@ -93,7 +93,8 @@ def test_table_csv_and_plot(tmp_path: Any) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "mpiexec"])
+@pytest.mark.parametrize("launcher", [pytest.param("torchrun", marks=pytest.mark.torch),
+                                      pytest.param("mpiexec", marks=pytest.mark.mpi)])
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_under_another_launcher(launcher: str, tmp_path: Any) -> None:
     out = tmp_path / "result.json"

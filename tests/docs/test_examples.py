@@ -13,6 +13,8 @@ from typing import Dict, List
 
 import pytest
 
+import ranks
+
 from hcclpy.cli.run import FOREIGN_RANK_VARIABLES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +30,7 @@ CASES = [
     *(("collectives.py", n) for n in (1, 2, 4)),
     *(("numpy_arrays.py", n) for n in (1, 2, 4)),
     *(("ring.py", n) for n in (1, 2, 4)),
+    *(("streams_events.py", n) for n in (1, 2)),
     ("grid.py", 4),
     ("hierarchical_allreduce.py", 4),
     *(("torch_ddp.py", n) for n in (1, 3)),
@@ -58,7 +61,7 @@ def run_example(name: str, nranks: int, *args: str) -> Dict[int, List[str]]:
 
 def test_every_example_is_covered():
     python_examples = {path.name for path in EXAMPLES.glob("*.py")}
-    assert python_examples == {name for name, _ in CASES} | {"allreduce_c.py"}
+    assert python_examples == {name for name, _ in CASES} | {"allreduce_c.py", "mpi_bootstrap.py"}
     for name in {name for name, _ in CASES}:
         text = (EXAMPLES / name).read_text()
         assert text.startswith('"""') and f"hcclpy run -n 4 examples/{name}" in text.split('"""')[1], \
@@ -89,6 +92,16 @@ def test_hierarchical_allreduce_refuses_a_group_size_below_one(sim_home, group_s
                             capture_output=True, text=True, env=no_launcher_env(), timeout=TIMEOUT)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"--group-size {group_size}: use a positive divisor of the number of ranks, 1" in result.stderr
+
+
+@pytest.mark.mpi
+def test_mpi_bootstrap_under_mpiexec(sim_home):
+    pytest.importorskip("mpi4py", reason="the example needs mpi4py (in the test extra)")
+    command = [*ranks.launcher("mpiexec", 3), str(EXAMPLES / "mpi_bootstrap.py")]
+    result = subprocess.run(command, capture_output=True, text=True, env=no_launcher_env(), timeout=TIMEOUT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"rank {r} of 3: HCCL sum 3, MPI sum 3: OK" for r in range(3)]
+    assert result.stderr.count("no CANN installation found") == 1, result.stderr  # said by rank 0 alone
 
 
 def test_allreduce_without_a_launcher(sim_home):
