@@ -33,6 +33,7 @@ import os
 import pickle
 import queue as queue_module
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -330,6 +331,27 @@ def mismatch(name: str, got: np.ndarray, want: np.ndarray) -> Optional[str]:
         return None
     with np.printoptions(threshold=40, edgeitems=8):
         return f"{name}: got {got.dtype}{got.shape} {got!r}, want {want.dtype}{want.shape} {want!r}"
+
+
+SIM_SHM_PREFIX = "hcclpy"  # what the simulator would name anything it left in /dev/shm
+
+
+def simulator_shm() -> List[str]:
+    """The simulator's entries in /dev/shm (its device memory is memfd, so normally none); other
+    programs' files there come and go at any time and are not looked at."""
+    try:
+        return sorted(name for name in os.listdir("/dev/shm") if name.startswith(SIM_SHM_PREFIX))
+    except OSError:
+        return []
+
+
+def interrupt_soon(delay: float) -> None:
+    """Send this process SIGINT after ``delay`` seconds, as Ctrl-C would, with Python's handler
+    installed first (from the main thread, where rank processes run): a suite started with SIGINT
+    ignored, as a non-interactive shell starts background jobs, passes the ignoring on to every
+    process it starts, and the signal would do nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
 
 
 def process_alive(pid: int) -> bool:

@@ -2184,7 +2184,6 @@ def test_a_profile_is_asked_about_the_carrier_before_any_c_call() -> None:
 # ------------------------------------------------------------------------- interrupts, failures
 
 def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folder: str) -> Dict[str, Any]:
-    import signal
     from pathlib import Path
 
     comm = hcclpy.Communicator(size, info, rank, device=rank)
@@ -2196,7 +2195,7 @@ def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folde
         first = np.full(3000, rank + 1.0, np.float32)
         if rank == 0:
             # SIGINT while rank 1 has not called yet: it ends the wait for rank 1 with KeyboardInterrupt.
-            threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            ranks.interrupt_soon(0.2)
             try:
                 comm.all_reduce(first, out=np.empty_like(first))
                 out["interrupted"] = False
@@ -2215,7 +2214,6 @@ def _interrupted_while_the_peer_is_late(rank: int, size: int, info: bytes, folde
 
 
 def _destroyed_after_an_interrupt(rank: int, size: int, info: bytes, folder: str) -> Dict[str, Any]:
-    import signal
     from pathlib import Path
 
     comm = hcclpy.Communicator(size, info, rank, device=rank)
@@ -2224,7 +2222,7 @@ def _destroyed_after_an_interrupt(rank: int, size: int, info: bytes, folder: str
         assert ranks.wait_for(done.exists, 90), "rank 0 never destroyed its communicator"
         comm.destroy()
         return {}
-    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    ranks.interrupt_soon(0.2)
     interrupted = False
     try:
         comm.all_reduce(np.ones(3, np.float32))

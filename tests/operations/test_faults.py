@@ -94,8 +94,7 @@ def _survive(rank: int, size: int, info: bytes, name: str, directory: str) -> Di
 
 
 def _dev_shm() -> List[str]:
-    # multiprocessing's own semaphores come and go with the test harness; anything else would be ours.
-    return sorted(n for n in os.listdir("/dev/shm") if not n.startswith("sem.")) if os.path.isdir("/dev/shm") else []
+    return ranks.simulator_shm()
 
 
 @pytest.mark.parametrize("name", ["all_reduce", "all_to_all_v", "broadcast", "send_recv"])

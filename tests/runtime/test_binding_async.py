@@ -63,10 +63,6 @@ def test_a_peer_waiting_for_work_nobody_synchronises_finishes(mode: str, quiet: 
 def _interrupted_waits(rank: int, size: int, info: bytes, folder: str) -> dict:
     """Rank 0 queues an all_reduce before rank 1 calls, and is sent SIGINT during each kind of
     wait; rank 1 calls only once all three were interrupted."""
-    import os
-    import signal
-    import threading
-
     comm = hcclpy.Communicator(size, info, rank, device=rank)
     out: dict = {}
     try:
@@ -79,7 +75,7 @@ def _interrupted_waits(rank: int, size: int, info: bytes, folder: str) -> dict:
                 waits = {"stream": stream.synchronize, "event": event.synchronize,
                          "device": comm.device.synchronize}
                 for name, wait in waits.items():
-                    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+                    ranks.interrupt_soon(0.3)
                     started = time.monotonic()
                     try:
                         wait()

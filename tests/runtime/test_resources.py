@@ -22,7 +22,7 @@ RSS_SLACK_MIB = 16  # allocator and interpreter noise over thousands of calls
 def _usage() -> Dict[str, int]:
     with open("/proc/self/statm") as statm:
         rss_pages = int(statm.read().split()[1])
-    shm = [n for n in os.listdir("/dev/shm") if not n.startswith("sem.")] if os.path.isdir("/dev/shm") else []
+    shm = ranks.simulator_shm()
     return {"rss_mib": rss_pages * os.sysconf("SC_PAGE_SIZE") // (1 << 20), "fds": len(os.listdir("/proc/self/fd")),
             "threads": len(os.listdir("/proc/self/task")), "shm": len(shm)}
 

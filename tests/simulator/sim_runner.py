@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+import ranks
+
 C_DIR = Path(__file__).resolve().parent / "c"
 HARNESS = C_DIR / "harness.c"
 
@@ -105,16 +107,8 @@ def run(
     return Result(command, code, out.decode(errors="replace"), seconds, leftovers, new_shm)
 
 
-# Names Python's multiprocessing gives its semaphores and shared memory: other processes on the
-# machine (another test session, say) create and remove these at any time.
-_FOREIGN_SHM = ("sem.mp-", "mp-", "psm_", "wnsm_")
-
-
 def _shm_entries() -> set[str]:
-    try:
-        return {name for name in os.listdir("/dev/shm") if not name.startswith(_FOREIGN_SHM)}
-    except OSError:
-        return set()
+    return set(ranks.simulator_shm())
 
 
 def _kill_group(proc: subprocess.Popen) -> bool:
