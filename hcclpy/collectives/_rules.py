@@ -43,6 +43,11 @@ def is_reduce_op_name(value: Any) -> bool:
     return isinstance(value, ReduceOp) or (isinstance(value, str) and value.lower() in _OP_CODES)
 
 
+# What to do about a world of one rank, which is what hcclpy.init() makes without a launcher.
+_ALONE = (", as hcclpy.init() makes without a launcher; start the script with one, e.g. hcclpy run -n 2 script.py "
+          "(or torchrun, srun, mpiexec)")
+
+
 def rank(comm: CommCore, value: Any, argument: str) -> int:
     """``value`` as a rank of ``comm``."""
     if type(value) is int and 0 <= value < comm._size:
@@ -51,6 +56,8 @@ def rank(comm: CommCore, value: Any, argument: str) -> int:
         hint = ""
         if argument == "root" and (hasattr(value, "__dlpack__") or hasattr(value, "_alloc")):
             hint = ": a buffer came where the root goes (broadcast works in place: broadcast(buf, root=...))"
+        elif comm._size == 1:
+            hint = ": it has one rank" + _ALONE
         raise ValueError(f"{argument}={value!r} must be a rank of communicator '{comm._name}' "
                          f"(0..{comm._size - 1}){hint}")
     return int(value)
@@ -60,7 +67,8 @@ def peer(comm: CommCore, value: Any, argument: str = "peer") -> int:
     """``value`` as another rank of ``comm`` (a transfer to the rank itself is refused)."""
     other = rank(comm, value, argument)
     if other == comm._rank:
-        raise ValueError(f"{argument}={other} is this rank; send/recv need another rank")
+        alone = " (a communicator of one rank" + _ALONE + ")" if comm._size == 1 else ""
+        raise ValueError(f"{argument}={other} is this rank; send/recv need another rank{alone}")
     return other
 
 

@@ -908,3 +908,13 @@ def test_numpy_calls_name_the_argument_that_is_wrong() -> None:
         s.close()
         comm.destroy()
     assert not failures, "\n".join(failures)
+
+
+def test_a_peer_in_a_world_of_one_says_how_to_start_more_ranks() -> None:
+    # What a script started without a launcher meets: hcclpy.init() made a world of one.
+    with hcclpy.Communicator(1, hcclpy.RootInfo.generate(device=0), 0, device=0) as comm:
+        for call, said in ((lambda: comm.send(np.ones(3, np.float32), 1), r"peer=1 must be a rank .*it has one rank"),
+                           (lambda: comm.recv(np.ones(3, np.float32), 0), r"peer=0 is this rank.*one rank"),
+                           (lambda: comm.broadcast(np.ones(3, np.float32), root=2), r"root=2 .*it has one rank")):
+            with pytest.raises(ValueError, match=said + r".*start the script with one, e\.g\. hcclpy run -n 2"):
+                call()
