@@ -1,4 +1,5 @@
-"""Shared fixtures: the simulator's install tree, its environment, and a C/C++ compiler against it."""
+"""Shared fixtures: the simulator's install tree, its environment, a C/C++ compiler against it, and
+the rank matrix (the same test over threads and processes of 1 to 4 ranks)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,23 @@ from typing import Callable, Sequence, Union
 import pytest
 
 import hcclpy.sim
+import ranks
 from hcclpy.sim._build import find_compiler, run_compiler
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+# Processes of 3 and 4 ranks take seconds each: the full run has them, the quick run the rest.
+_MATRIX = [pytest.param(ranks.RankMatrix(mode, size), id=f"{mode}-{size}",
+                        marks=pytest.mark.slow if mode == "processes" and size > 2 else ())
+           for mode in ranks.MODES for size in (1, 2, 3, 4)]
+
+
+@pytest.fixture(params=_MATRIX)
+def rank_matrix(request: pytest.FixtureRequest) -> ranks.RankMatrix:
+    """Runs a test's ranks over the matrix mpi4py's suite uses for communicators: threads and
+    processes, 1, 2, 3 and 4 ranks (``rank_matrix.run(fn, *args)``, ``.mode``, ``.size``)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

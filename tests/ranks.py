@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import multiprocessing
 import os
@@ -252,6 +253,19 @@ def run_processes(fn: Callable[..., Any], size: int, *args: Any, timeout: Option
         results.cancel_join_thread()
     missing = [r for r in range(size) if r not in outcomes and r not in errors]
     return _finish(size, outcomes, errors, missing, "processes", timeout, return_exceptions)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankMatrix:
+    """One cell of the rank matrix (conftest's ``rank_matrix`` fixture): ``size`` ranks as threads
+    of this process or as processes."""
+
+    mode: str
+    size: int
+
+    def run(self, fn: Callable[..., Any], *args: Any, **options: Any) -> List[Any]:
+        """``fn(rank, size, root_info, *args)`` on every rank (:func:`run`); results by rank."""
+        return run(self.mode, fn, self.size, *args, **options)
 
 
 def run(mode: str, fn: Callable[..., Any], size: int, *args: Any, **options: Any) -> List[Any]:

@@ -444,10 +444,9 @@ def _every_operation(rank: int, size: int, info: bytes, layout: str, shape: Shap
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("size", SIZES)
-def test_every_operation_and_dtype(size: int, layout: str) -> None:
+def test_every_operation_and_dtype(rank_matrix: ranks.RankMatrix, layout: str) -> None:
     shape = (2, 3, 2) if layout == "contiguous" else (2, 3)
-    run(size, _every_operation, layout, shape, DTYPES)
+    run(rank_matrix.size, _every_operation, layout, shape, DTYPES, mode=rank_matrix.mode)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7,), (3, 1), (1, 1, 4), (2, 2, 2, 2)], ids=str)
