@@ -471,8 +471,14 @@ class Communicator(CommCore):
         bound = _ffi.api()
         if not bound.present["HcclCommSuspend"]:
             raise UnsupportedError("Communicator.abort needs HcclCommSuspend, which this CANN does not provide")
-        _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
+        # Marked first: the suspend releases the waits of other threads at once, and their next
+        # call must already be refused as a call on an aborted communicator.
         self._aborted = True
+        try:
+            _ffi.check_hccl(bound.HcclCommSuspend(handle), "HcclCommSuspend", context=f"aborting '{self._name}'")
+        except BaseException:
+            self._aborted = False
+            raise
         CLOSES[0] += 1  # persistent operations on it look again, and refuse to start
         log.warning("communicator '%s' aborted on rank %d", self._name, self._rank)
 

@@ -29,8 +29,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, Set
+from typing import Any, Dict, Iterator, Set
 
 import pytest
 
@@ -54,27 +55,62 @@ UNSUPPORTED = {"test_send_recv_any_source", "test_send_recv_any_source_autograd_
 RUN_LIMIT = 900.0     # seconds for one backend's whole run (about 1-2 minutes on 2 cores)
 TEST_LIMIT = "120"    # seconds for one test of the suite (its own default: 300)
 WORLD_SIZES = (2, 3)
+SHARDS = 2  # drivers at once for one world size
 GLOO_RECORD = HERE / "gloo_outcomes.json"  # {"torch": version, "passed": {world size: [test names]}}
 
 
+class _Run:
+    """One backend's run of the suite for one world size, as ``SHARDS`` drivers at once (the suite
+    spends most of its time waiting for its ranks, not computing: shards overlap those waits)."""
+
+    def __init__(self, backend: str, world_size: int, directory: Path) -> None:
+        self.backend, self.world_size, self.directory = backend, world_size, directory
+        self.started = time.monotonic()
+        self.procs = []
+        for shard in range(SHARDS):
+            name = f"{backend}-{world_size}-{shard}"
+            env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(world_size), "TMPDIR": str(directory),
+                   "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": TEST_LIMIT, "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
+            for variable in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "INIT_METHOD"):
+                env.pop(variable, None)  # the suite sets its own; a launcher's would mislead it
+            log = open(directory / f"{name}.log", "w")
+            command = [sys.executable, str(DRIVER), "--json", str(directory / f"{name}.json"),
+                       "--shard", f"{shard}/{SHARDS}"]
+            self.procs.append((name, subprocess.Popen(command, env=env, cwd=str(directory), stdout=log,
+                                                      stderr=subprocess.STDOUT), log))
+
+    def outcomes(self) -> Dict[str, Dict[str, Any]]:
+        """Every test's outcome (``{"outcome", "seconds", "detail"}``), once every shard ended."""
+        merged: Dict[str, Dict[str, Any]] = {}
+        for name, proc, log in self.procs:
+            try:
+                proc.wait(timeout=max(1.0, self.started + RUN_LIMIT - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()  # the outcomes written so far say where it stopped
+                proc.wait()
+            log.close()
+            path = self.directory / f"{name}.json"
+            if not path.exists():
+                tail = (self.directory / f"{name}.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"{name} of the suite recorded no outcome; its output ends with:\n{tail}")
+            merged.update(json.loads(path.read_text()))
+        return merged
+
+
 def _run_suite(backend: str, world_size: int, directory: Path) -> Dict[str, Dict[str, Any]]:
-    """Every test's outcome (``{"outcome", "seconds", "detail"}``) for ``backend``."""
-    outcomes = directory / f"{backend}-{world_size}.json"
-    log = directory / f"{backend}-{world_size}.log"
-    env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(world_size), "TMPDIR": str(directory),
-           "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": TEST_LIMIT, "PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}
-    for name in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "INIT_METHOD"):
-        env.pop(name, None)  # the suite sets its own; a launcher's would mislead it
-    with open(log, "w") as output:
-        try:
-            subprocess.run([sys.executable, str(DRIVER), "--json", str(outcomes)], env=env, cwd=str(directory),
-                           stdout=output, stderr=subprocess.STDOUT, timeout=RUN_LIMIT, check=False)
-        except subprocess.TimeoutExpired:
-            pass  # the outcomes written so far say where it stopped
-    if not outcomes.exists():
-        tail = log.read_text(errors="replace")[-3000:]
-        pytest.fail(f"the {backend} run of the suite recorded no outcome; its output ends with:\n{tail}")
-    return json.loads(outcomes.read_text())
+    return _Run(backend, world_size, directory).outcomes()
+
+
+@pytest.fixture(scope="module")
+def hcclpy_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[int, _Run]]:
+    """hcclpy's runs for every world size, all started at once."""
+    runs = {size: _Run("hcclpy", size, tmp_path_factory.mktemp(f"hcclpy-{size}")) for size in WORLD_SIZES}
+    yield runs
+    for run in runs.values():
+        for _, proc, log in run.procs:
+            proc.kill()
+            proc.wait()
+            log.close()
 
 
 def _passed(outcomes: Dict[str, Dict[str, Any]]) -> Set[str]:
@@ -92,9 +128,9 @@ def _gloo_passed(world_size: int, directory: Path) -> Set[str]:
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.timeout(2 * RUN_LIMIT + 120)
-def test_hcclpy_passes_what_gloo_passes(world_size: int, tmp_path: Path) -> None:
+def test_hcclpy_passes_what_gloo_passes(world_size: int, hcclpy_runs: Dict[int, _Run], tmp_path: Path) -> None:
     gloo_passed = _gloo_passed(world_size, tmp_path)
-    hcclpy = _run_suite("hcclpy", world_size, tmp_path)
+    hcclpy = hcclpy_runs[world_size].outcomes()
     assert len(gloo_passed) > 50, f"gloo passed only {sorted(gloo_passed)}: is the suite running at all?"
 
     failed = {name: o["detail"] for name, o in hcclpy.items() if o["outcome"] not in ("passed", "skipped")}

@@ -230,6 +230,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--names", help="a file of test names, one a line, to run (instead of -k)")
     parser.add_argument("--json", help="write the outcomes here, updated after every test")
     parser.add_argument("--list", action="store_true", help="print the selected names and stop")
+    parser.add_argument("--shard", metavar="K/N", help="run every N-th selected test from the K-th (0-based): N "
+                                                       "drivers at once share the suite")
     args = parser.parse_args(argv)
     names = test_names()
     if args.names:
@@ -239,6 +241,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.k:
         names = [n for n in names if any(k in n for k in args.k)]
     names = [n for n in names if not any(x in n for x in args.exclude)]
+    if args.shard:
+        index, count = (int(part) for part in args.shard.split("/"))
+        if not 0 <= index < count:
+            parser.error(f"--shard {args.shard}: K must be in [0, N)")
+        names = names[index::count]
     if args.list:
         print("\n".join(names))
         return 0
