@@ -78,6 +78,7 @@ def test_exception_carries_traceback(mode):
 
 @pytest.mark.parametrize("mode", ranks.MODES)
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_hard_timeout_fails_instead_of_hanging(mode):
     started = time.monotonic()
     with pytest.raises(ranks.RanksTimedOut, match=r"rank\(s\) \[1\] of 2 did not finish"):

@@ -34,6 +34,7 @@ def _run(script: str, *args: str, timeout: float = 200) -> str:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
     pytest.importorskip("torch")
     _run("compare.py", "--ranks", "2", "--ops", "all_reduce", "all_gather", "--programs", "hcclpy", "torch",
@@ -51,6 +52,7 @@ def test_compare_writes_its_table_json_and_plot(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_compare_times_two_ranks_beside_four_in_the_same_processes(tmp_path: Any) -> None:
     """On 4 ranks, a sub-communicator of ranks 0 and 1 takes turns with the whole world at 64 MiB,
     and the 2-against-4 target is judged on that pair."""
@@ -64,6 +66,7 @@ def test_compare_times_two_ranks_beside_four_in_the_same_processes(tmp_path: Any
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
     """With mpi4py and mpiexec there, MPI takes its turns in the hcclpy ranks (one launch, by
     mpiexec), round by round with hcclpy's device and NumPy paths."""
@@ -81,6 +84,7 @@ def test_compare_times_mpi_in_the_hcclpy_ranks(tmp_path: Any) -> None:
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
     """An mpiexec that cannot start the ranks costs MPI's column only: hcclpy's stacks run again
     under ``hcclpy run`` and the report says what happened."""
@@ -101,6 +105,7 @@ def test_compare_keeps_hcclpy_when_mpiexec_fails(tmp_path: Any) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("loop", ["empty", "raw", "hcclpy", "hcclpy-untraced", "hcclpy-numpy", "mpi4py-empty",
                                   "mpi4py"])
+@pytest.mark.slow
 def test_count_instructions_loops_run(loop: str) -> None:
     """The loops count_instructions.py runs under callgrind (valgrind itself is not needed here)."""
     if loop.startswith("mpi4py"):
@@ -109,6 +114,7 @@ def test_count_instructions_loops_run(loop: str) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_overhead_times_every_operation(tmp_path: Any) -> None:
     """overhead.py pairs each hcclpy call with its raw cffi call, sends and receives included (rank
     1 of its own 2-rank communicator answers them), and writes every sample."""
@@ -135,6 +141,7 @@ def test_overhead_times_every_operation(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_numpy_vs_device_runs_and_checks_its_results() -> None:
     out = _run("numpy_vs_device.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")
     assert "# 64 B: numpy" in out and "ratio" in out and "wrong elements (all ranks, last round of each size): 0" in out
@@ -142,6 +149,7 @@ def test_numpy_vs_device_runs_and_checks_its_results() -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_torch_vs_gloo_runs_and_checks_its_results() -> None:
     pytest.importorskip("torch")
     out = _run("torch_vs_gloo.py", "--min-bytes", "8", "--max-bytes", "64", "--rounds", "1", "--budget", "1024")

@@ -399,6 +399,7 @@ def test_rank_0_waits_for_the_others_within_timeout(clean_env: pytest.MonkeyPatc
     assert (info.value.code, info.value.name) == (None, "")  # no C call failed
 
 
+@pytest.mark.slow
 def test_rank_0_names_the_ranks_it_refused(clean_env: pytest.MonkeyPatch) -> None:
     # Rank 1 started with another WORLD_SIZE is refused: rank 0's error says so, and why, rather
     # than that rank 1 never came.
@@ -602,6 +603,7 @@ def tcp_env(token: Optional[str]) -> Dict[str, str]:
 
 
 @pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.slow
 def test_init_tcp_rendezvous(size: int) -> None:
     results = run_job(size, "tcp", tcp_env("a-secret-shared-by-the-job"))
     assert [r["device"] for r in results] == list(range(size))  # device = local rank
@@ -624,6 +626,7 @@ def _init_unless_last(rank: int, size: int, info: bytes, env: Dict[str, str]) ->
     return "joined"
 
 
+@pytest.mark.slow
 def test_every_rank_names_exactly_the_rank_that_never_came() -> None:
     # Ranks 1 and 2 have the root info; rank 3 never starts. Nobody waits in HCCL for a rank 0 that
     # gave up: every rank fails at the rendezvous, naming rank 3 alone.
@@ -639,6 +642,7 @@ def _init_at(rank: int, size: int, info: bytes, addresses: List[str], env: Dict[
     return _init_rank(rank, size, info, "tcp", {**env, "MASTER_ADDR": addresses[rank]}, "")
 
 
+@pytest.mark.slow
 def test_private_secret_does_not_depend_on_how_rank_0_host_is_spelled(monkeypatch: pytest.MonkeyPatch) -> None:
     # Nodes may name rank 0's host differently (hcclpy run --master-addr on each): the job is the same.
     monkeypatch.delenv("HCCLPY_RENDEZVOUS_TOKEN", raising=False)
@@ -666,6 +670,7 @@ def test_ranks_numbered_without_a_launcher_use_the_device_of_their_rank() -> Non
 
 
 @pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.slow
 def test_init_through_a_file(tmp_path: Path, size: int) -> None:
     path = tmp_path / "shared" / "root_info"
     path.parent.mkdir()
@@ -686,6 +691,7 @@ def _init_after_a_crashed_job(rank: int, size: int, info: bytes, path: str) -> s
     return "ok"
 
 
+@pytest.mark.slow
 def test_init_through_a_file_left_by_a_crashed_job(tmp_path: Path) -> None:
     path = tmp_path / "root_info"
     path.write_bytes(hcclpy.RootInfo.generate(device=0).to_bytes())  # the crashed job's
@@ -696,12 +702,14 @@ def test_init_through_a_file_left_by_a_crashed_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.slow
 def test_init_from_rank_table_argument(tmp_path: Path, size: int) -> None:
     path = write_rank_table(tmp_path / "rank_table.json", [list(range(size))])
     results = run_job(size, "rank_table", where=str(path))
     assert [r["device"] for r in results] == list(range(size))
 
 
+@pytest.mark.slow
 def test_init_from_rank_table_variable_two_servers(tmp_path: Path) -> None:
     # Two "servers" of two devices each: device ids repeat (0, 1 on each), as local ranks do.
     path = write_rank_table(tmp_path / "rank_table.json", [[0, 1], [2, 3]])
@@ -710,6 +718,7 @@ def test_init_from_rank_table_variable_two_servers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.slow
 def test_init_over_an_mpi_communicator(tmp_path: Path, size: int) -> None:
     # No MASTER_PORT: nothing may go through TCP.
     results = run_job(size, "mpi", where=str(tmp_path / "bcast"))
@@ -786,6 +795,7 @@ def test_init_under_hcclpy_run(tmp_path: Path) -> None:
     check_job(rows, 4, ("torchrun",))  # hcclpy run sets torchrun's variables
 
 
+@pytest.mark.slow
 def test_init_under_torchrun(tmp_path: Path) -> None:
     # torchrun's agent serves its own store on MASTER_PORT: the rendezvous must go elsewhere.
     check_job(launch(ranks.launcher("torchrun", 2), tmp_path), 2, ("torchrun",))
@@ -802,6 +812,7 @@ def test_init_over_mpi4py_under_mpiexec(tmp_path: Path) -> None:
     check_job(launch(ranks.launcher("mpiexec", 2), tmp_path, script), 2, ("pmi", "openmpi"))
 
 
+@pytest.mark.slow
 def test_init_beside_torch_distributed(tmp_path: Path) -> None:
     # torch.distributed's env:// store holds MASTER_PORT for the whole job: init() must keep off it.
     script = RUN_SCRIPT.replace("comm = hcclpy.init(timeout=60)", """import torch, torch.distributed as dist

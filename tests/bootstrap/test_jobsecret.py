@@ -152,6 +152,7 @@ def test_rank_and_world_size_without_a_port_fail_at_once(clean_env: pytest.Monke
         hcclpy.init(timeout=300)
 
 
+@pytest.mark.slow
 def test_waiting_ranks_say_what_they_wait_for(clean_env: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     # Rank 0 waits for rank 1 of 2, which never comes; a rank waits for a rank 0 that never starts.
     clean_env.setattr(hcclpy._progress, "PERIOD", 0.3)

@@ -50,6 +50,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 @pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.slow
 def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
     out = tmp_path / "result.json"
     result = bench(operation, "-g", "3", "-e", "96K", "-f", "16", "-n", "5", "-d", "bfp16", "-o", "max",
@@ -79,6 +80,7 @@ def test_every_operation_on_three_ranks(operation: str, tmp_path: Any) -> None:
     assert "# Out of bounds values : 0 OK" in result.stdout and "# Avg bus bandwidth" in result.stdout
 
 
+@pytest.mark.slow
 def test_table_csv_and_plot(tmp_path: Any) -> None:
     pytest.importorskip("matplotlib")
     table, plot = tmp_path / "r.csv", tmp_path / "r.png"
@@ -96,6 +98,7 @@ def test_table_csv_and_plot(tmp_path: Any) -> None:
 @pytest.mark.parametrize("launcher", [pytest.param("torchrun", marks=pytest.mark.torch),
                                       pytest.param("mpiexec", marks=pytest.mark.mpi)])
 @pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.slow
 def test_under_another_launcher(launcher: str, tmp_path: Any) -> None:
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
@@ -170,6 +173,7 @@ def test_one_rank_without_a_launcher() -> None:
      "-e: the largest size, 8 GiB, needs 16 GiB of device memory per rank (a send and a receive buffer), but 8 GiB "
      "of 8 GiB is free"),
 ])
+@pytest.mark.slow
 def test_bad_arguments(args: List[str], message: str) -> None:
     result = bench(*args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
@@ -452,6 +456,7 @@ def _kill(proc: subprocess.Popen, pids: List[int]) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 @pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.slow
 def test_a_signal_stops_the_ranks_of_g(signum: int, tmp_path: Path) -> None:
     proc, pids = _start_long_bench(tmp_path)
     try:
@@ -604,6 +609,7 @@ def test_rows_are_printed_as_measured_and_saved_when_interrupted(tmp_path: Path)
     ("sleep", "exchange", 124, "hcclpy bench: rank 0: timed out at all_reduce of 16 B, out of place (--timeout 3 s): "),
 ])
 @pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.slow
 def test_a_wait_past_the_timeout_or_a_rank_gone_ends_in_one_line_and_keeps_the_rows(
         stall: str, where: str, status: int, message: str, tmp_path: Path) -> None:
     script, env = _stalling_bench(tmp_path, stall, 1, where)

@@ -65,6 +65,7 @@ def write_dumps(directory: Path, ranks: int = 2, records: int = 400) -> None:
 @pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("args", [["info", "--json"], ["info"], ["sim", "env"], ["sim", "path"]],
                          ids=["info-json", "info", "sim-env", "sim-path"])
+@pytest.mark.slow
 def test_reports_piped_into_head_end_quietly(args: List[str], unbuffered: bool) -> None:
     assert_quiet(piped_into_head(*args, unbuffered=unbuffered))
 

@@ -397,6 +397,7 @@ def test_rank_killed_by_a_signal_gives_128_plus_signal(tmp_path):
     assert "rank 0 was killed by SIGKILL" in result.stderr
 
 
+@pytest.mark.slow
 def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     body = """
         import os, signal, sys, time
@@ -413,6 +414,7 @@ def test_rank_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert "sending SIGKILL" in result.stderr
 
 
+@pytest.mark.slow
 def test_timeout_stops_everything_with_124(tmp_path):
     body = "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
     start = time.monotonic()
@@ -733,6 +735,7 @@ def assert_both_dumped_and_rank_1_behind(traces: Path) -> None:
     assert "behind: rank(s) 1 issued fewer collectives (1) than the others (2)" in merged.stdout, merged.stdout
 
 
+@pytest.mark.slow
 def test_a_job_stopped_at_its_timeout_leaves_the_ranks_dumps(tmp_path):
     # With HCCLPY_TRACE_DIR set, the launcher asks every rank for its flight recorder before it
     # stops them; the merge then says who is behind. Before, a job killed this way left nothing.

@@ -142,6 +142,7 @@ def documented(site: Site, names: Dict[str, Any], path: str) -> Set[str]:
 
 # ------------------------------------------------------------------------------ the tests
 
+@pytest.mark.slow
 def test_every_public_name_is_documented(site: Site) -> None:
     names = public_names()
     missing = sorted(path for path in names if not documented(site, names, path))

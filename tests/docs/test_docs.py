@@ -213,6 +213,7 @@ def output_mismatch(expected: str, actual: str, unordered: bool = False) -> Opti
 
 
 @pytest.mark.parametrize("page", [p.relative_to(REPO).as_posix() for p in CHECKED])
+@pytest.mark.slow
 def test_examples_run(page, sim_home, tmp_path):
     """Every block of the page marked (or, for Python, defaulting) to run exits 0."""
     blocks = parse(REPO / page)
@@ -329,6 +330,7 @@ def inventory(site: Path) -> List[str]:
     return [line.split(" ", 1)[0] for line in zlib.decompress(data[header_end:]).decode().splitlines()]
 
 
+@pytest.mark.slow
 def test_site_builds_strictly(tmp_path):
     """``mkdocs build --strict`` passes and prints no warning (broken links, docstrings the
     reference generator cannot parse, pages outside the navigation); the API reference documents

@@ -69,6 +69,7 @@ def test_every_example_is_covered():
 
 
 @pytest.mark.parametrize("name, nranks", CASES, ids=[f"{name[:-3]}-{n}" for name, n in CASES])
+@pytest.mark.slow
 def test_example_under_hcclpy_run(name, nranks, sim_home):
     lines = run_example(name, nranks)
     for rank, output in lines.items():
@@ -100,7 +101,9 @@ def test_mpi_bootstrap_under_mpiexec(sim_home):
     command = [*ranks.launcher("mpiexec", 3), str(EXAMPLES / "mpi_bootstrap.py")]
     result = subprocess.run(command, capture_output=True, text=True, env=no_launcher_env(), timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert sorted(result.stdout.splitlines()) == [f"rank {r} of 3: HCCL sum 3, MPI sum 3: OK" for r in range(3)]
+    # The ranks share mpiexec's stdout, so their lines may interleave.
+    said = sorted(re.findall(r"rank \d of 3: HCCL sum \d+, MPI sum \d+: (?:OK|WRONG)", result.stdout))
+    assert said == [f"rank {r} of 3: HCCL sum 3, MPI sum 3: OK" for r in range(3)], result.stdout
     assert result.stderr.count("no CANN installation found") == 1, result.stderr  # said by rank 0 alone
 
 
@@ -111,6 +114,7 @@ def test_allreduce_without_a_launcher(sim_home):
     assert result.stdout.strip() == "rank 0 of 1: [0.0] OK"
 
 
+@pytest.mark.slow
 def test_torch_ddp_without_a_launcher(sim_home):
     result = subprocess.run([sys.executable, str(EXAMPLES / "torch_ddp.py")], capture_output=True, text=True,
                             env=no_launcher_env(), timeout=TIMEOUT)

@@ -2256,6 +2256,7 @@ def _called_again_after_a_failure(rank: int, size: int, info: bytes, folder: str
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_call_after_a_failed_one_is_told_the_communicator_failed(tmp_path: Any) -> None:
     # The failed staging stream used to raise the first failure again, word for word, from every
     # later call: a loop that retries on timeouts never ended.
@@ -2266,6 +2267,7 @@ def test_a_call_after_a_failed_one_is_told_the_communicator_failed(tmp_path: Any
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_destroy_with_a_timeout_ends_the_collective_an_interrupt_left_queued(tmp_path: Any) -> None:
     # Closing the staging stream used to wait for the queued collective in one C call, for
     # HCCL_EXEC_TIMEOUT whatever destroy's timeout: with 300 s, such a wait outlasts the run's

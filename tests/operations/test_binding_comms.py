@@ -77,6 +77,7 @@ def _even_odd(rank: int, size: int, info: bytes) -> Dict[str, Any]:
 
 @pytest.mark.parametrize("mode", ranks.MODES)
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_split_even_odd(mode: str) -> None:
     size = 5
     out = ranks.run(mode, _even_odd, size)
@@ -113,6 +114,7 @@ def _grid(rank: int, size: int, info: bytes, rows: int, cols: int) -> Dict[str, 
 
 @pytest.mark.parametrize("mode", ranks.MODES)
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_split_grid_rows_and_columns(mode: str) -> None:
     rows, cols = 2, 3
     size = rows * cols
@@ -151,6 +153,7 @@ def _nested(rank: int, size: int, info: bytes) -> Optional[Dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ranks.MODES)
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_split_of_a_split(mode: str) -> None:
     out = ranks.run(mode, _nested, 5)
     assert out[3] is None
@@ -452,6 +455,7 @@ def _join_unless_last(rank: int, size: int, info: bytes) -> None:
 
 
 @pytest.mark.parametrize("mode", ["threads", "processes"])
+@pytest.mark.slow
 def test_every_waiting_rank_names_exactly_the_rank_that_never_joined(mode: str) -> None:
     # Ranks 0-2 wait for rank 3 until HCCL_CONNECT_TIMEOUT; whichever gives up first, none of
     # them may name another waiting rank (which joined, then left) as missing.
@@ -600,6 +604,7 @@ def _stuck_then_destroyed(rank: int, size: int, info: bytes, on_user_stream: boo
 
 @pytest.mark.parametrize("on_user_stream", [False, True], ids=["default-stream", "user-stream"])
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_destroy_with_a_timeout_aborts_work_that_never_ends(on_user_stream: bool, tmp_path: Path) -> None:
     out = ranks.run_processes(_stuck_then_destroyed, 2, on_user_stream, str(tmp_path), timeout=120)
     assert out == [{"destroyed": True}, {"error": "HcclRemoteError", "remote": True}]

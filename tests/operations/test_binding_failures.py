@@ -59,6 +59,7 @@ def _die_in_loop(rank: int, size: int, info: bytes, how: str) -> Dict[str, Any]:
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_survivor_gets_remote_error_and_can_destroy(how: str) -> None:
     out = ranks.run_processes(_die_in_loop, 2, how, env=SHORT, timeout=60, return_exceptions=True)
     survivor, dead = out

@@ -378,12 +378,14 @@ def _assert_clean(results: List[Dict[str, Any]]) -> None:
 @pytest.mark.parametrize("size, operation", [(size, operation) for size in SIZES for operation in OPERATIONS
                                              if size > 1 or operation not in P2P])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_threads(size: int, operation: str) -> None:
     _assert_clean(ranks.run_threads(exercise, size, (operation,), timeout=90))
 
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_processes(size: int) -> None:
     _assert_clean(ranks.run_processes(exercise, size, OPERATIONS, timeout=200))
 

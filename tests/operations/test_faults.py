@@ -99,6 +99,7 @@ def _dev_shm() -> List[str]:
 
 @pytest.mark.parametrize("name", ["all_reduce", "all_to_all_v", "broadcast", "send_recv"])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_survivors_of_a_killed_rank_raise_then_carry_on(name: str, tmp_path: Any) -> None:
     before = _dev_shm()
     out = ranks.run_processes(_survive, SIZE, name, str(tmp_path), env=SHORT, timeout=90, return_exceptions=True)
@@ -153,6 +154,7 @@ def _abort(rank: int, size: int, info: bytes) -> Dict[str, Any]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_abort_releases_a_rank_stuck_in_a_collective() -> None:
     first, second = ranks.run_processes(_abort, 2, env={"HCCL_EXEC_TIMEOUT": "60"}, timeout=90)
     assert "HcclCommSuspend" in first["released"] and first["seconds"] < 10, first
@@ -187,6 +189,7 @@ def _late_call(rank: int, size: int, info: bytes, kind: str) -> Dict[str, Any]:
 
 @pytest.mark.parametrize("kind", ["collective", "p2p"])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_timeout_names_the_operation_by_its_flight_recorder_number(kind: str) -> None:
     """The simulator numbers collectives apart from point-to-point calls, as the flight recorder
     does, so the number in a timeout is the one ``hcclpy trace`` shows."""

@@ -203,6 +203,7 @@ PROCESS_CASES = [(case, SIZES["general"]) for case in CASES] + [("all_reduce_cou
 
 @pytest.mark.parametrize("size", [2, 3])
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_every_rank_raises_the_mismatch_processes(size: int) -> None:
     out = ranks.run_processes(_every_case, size, PROCESS_CASES, timeout=240)
     _check(out, PROCESS_CASES)
@@ -338,6 +339,7 @@ for rank, detail in enumerate(ranks.run_threads(body, 66, timeout=150)):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_a_matrix_of_more_ranks_than_the_simulator_publishes_is_still_named_on_every_rank() -> None:
     """66 ranks, rank 1's matrix differing in entry [3][2]: rank 1 names the entry and both values
     (it sees rank 2's column and rank 3's row); every other rank names rank 1's call, whose entry
@@ -406,6 +408,7 @@ def _rebuild(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any
 
 @pytest.mark.parametrize("mode", ranks.MODES)
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_the_communicator_is_broken_after_a_mismatch_and_a_new_one_works(mode: str, tmp_path: Any) -> None:
     out = ranks.run(mode, _rebuild, 2, str(tmp_path), timeout=150)
     for rank, result in enumerate(out):

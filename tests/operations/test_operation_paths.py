@@ -152,6 +152,7 @@ def test_every_operation_on_every_path_matches_numpy(path: str, size: int, dtype
     assert not problems, "\n".join(problems[:20])
 
 
+@pytest.mark.slow
 def test_every_path_in_processes() -> None:
     """The same, with each rank a process (the NumPy and persistent paths: the staging and the
     persistent operations' held buffers across processes)."""

@@ -138,6 +138,7 @@ def _soak(rank: int, size: int, info: bytes, rounds: int) -> int:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_eight_ranks_on_few_cores_finish_a_mixed_soak() -> None:
     size, rounds = 8, 600
     out = ranks.run_processes(_soak, size, rounds, env={"HCCL_EXEC_TIMEOUT": "120"}, timeout=360)

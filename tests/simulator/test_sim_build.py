@@ -132,6 +132,7 @@ int main(void)
 """
 
 
+@pytest.mark.slow
 def test_a_program_may_define_functions_named_like_the_simulators_own(
         compile_c: Any, sim_home: Path, tmp_path: Path) -> None:
     source = tmp_path / "own_names.c"
@@ -185,6 +186,7 @@ def test_second_build_is_a_cache_hit(sim_home: Path) -> None:
     assert [(s.st_ino, s.st_mtime_ns) for s in map(os.stat, paths)] == before
 
 
+@pytest.mark.slow
 def test_concurrent_builds_make_one_tree(tmp_path: Path, sim_home: Path) -> None:
     env = _child_env(HCCLPY_SIM_CACHE=str(tmp_path))
     code = "import hcclpy.sim; print(hcclpy.sim.build())"

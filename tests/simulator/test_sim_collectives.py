@@ -25,6 +25,7 @@ def collectives(compile_c):
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize(("nranks", "mode"), MATRIX, ids=[f"{m}-{n}" for n, m in MATRIX])
+@pytest.mark.slow
 def test_collectives(collectives, sim_env, nranks, mode):
     # the big cases move ~4 MiB per rank; with 8 ranks on 2 cores keep them smaller
     large = 1 << 20 if nranks <= 4 else 1 << 18
@@ -37,6 +38,7 @@ STREAMING = [(2, "procs"), (3, "threads")]
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("nranks", "mode"), STREAMING, ids=[f"{m}-{n}" for n, m in STREAMING])
+@pytest.mark.slow
 def test_collectives_at_streaming_sizes(collectives, sim_env, nranks, mode):
     # From 16 MiB an operation stores around the caches, and its reductions run in blocks of
     # their own (kernels.c): 8 Mi + 3 elements takes the large cases of every 2- and 4-byte
@@ -46,6 +48,7 @@ def test_collectives_at_streaming_sizes(collectives, sim_env, nranks, mode):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_fp16_and_bf16_kernels_store_the_same_bits_on_every_path(compile_c, sim_env):
     # The reductions of the 16-bit floats have portable code and, on x86 with AVX2 and F16C, a
     # second build chosen at run time (kernels.c); kernel_paths.c includes that source and checks

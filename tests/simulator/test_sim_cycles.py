@@ -17,6 +17,7 @@ def cycles(compile_c):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("nranks", "mode"), CASES, ids=[f"{m}-{n}" for n, m in CASES])
+@pytest.mark.slow
 def test_create_destroy_cycles_leak_nothing(cycles, sim_env, nranks, mode):
     args = [*runner.rank_args(nranks, mode), "--cycles", "1000"]
     runner.check(runner.run(cycles, args, sim_env, timeout=240))

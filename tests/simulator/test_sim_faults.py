@@ -20,6 +20,7 @@ def faults(compile_c):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("case", "nranks"), CASES, ids=[f"{c}-{n}" for c, n in CASES])
+@pytest.mark.slow
 def test_faults(faults, sim_env, case, nranks):
     args = [*runner.rank_args(nranks, "procs"), "--case", case]
     result = runner.run(faults, args, sim_env, timeout=120, extra_env=FAULT_ENV)

@@ -1271,6 +1271,7 @@ def test_every_function_is_fuzzed() -> None:
 @settings(max_examples=int(os.environ.get("HCCLPY_FUZZ_EXAMPLES", "300")), deadline=None, derandomize=True,
           database=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, MASK64))
+@pytest.mark.slow
 def test_fuzz(child: FuzzChild, seed: int) -> None:
     """Random programs: every call returns a valid code; nothing crashes or hangs."""
     run_program(child, make_program(seed), f"seed {seed}")

@@ -47,6 +47,7 @@ def lifecycle(compile_c):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("case", "nranks", "mode"), CASES, ids=[f"{c}-{m}-{n}" for c, n, m in CASES])
+@pytest.mark.slow
 def test_lifecycle(lifecycle, sim_env, tmp_path, case, nranks, mode):
     args = [*runner.rank_args(nranks, mode), "--case", case]
     result = runner.run(lifecycle, args, sim_env, timeout=120, extra_env={**SLOW_TIMEOUTS, "TMPDIR": str(tmp_path)})

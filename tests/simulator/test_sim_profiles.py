@@ -187,6 +187,7 @@ def _every_combination(rank: int, size: int, info: bytes) -> List[Tuple[str, int
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", [*PROFILES, ""])
+@pytest.mark.slow
 def test_binding_and_simulator_agree_on_every_combination(name: str) -> None:
     [rows] = ranks.run_processes(_every_combination, 1, env={VARIABLE: name}, timeout=240)
     profile = PROFILES.get(name)
@@ -298,6 +299,7 @@ def _allowed_and_refused(rank: int, size: int, info: bytes, name: str) -> List[s
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", list(PROFILES))
+@pytest.mark.slow
 def test_allowed_combinations_give_correct_results(name: str) -> None:
     if not ranks.HAVE_BF16 and "bfloat16" in (REDUCTION[name][0], MOVED[name]):
         pytest.skip("needs ml_dtypes for bfloat16 arrays")

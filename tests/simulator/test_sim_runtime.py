@@ -25,6 +25,7 @@ STREAMS = [(1, "threads"), (2, "threads"), (4, "threads"), (1, "procs"), (2, "pr
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("nranks", "mode"), STREAMS, ids=[f"{m}-{n}" for n, m in STREAMS])
+@pytest.mark.slow
 def test_streams(programs, sim_env, nranks, mode):
     env = {k: v for k, v in sim_env.items() if k != "HCCLPY_SIM_DEVICES"}
     runner.check(runner.run(programs["streams"], runner.rank_args(nranks, mode), env, timeout=180))
@@ -39,6 +40,7 @@ DEVICE_ENVS = [
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("extra_env", DEVICE_ENVS, ids=["sim-devices-3", "sim-devices-12", "visible-6-7-2"])
+@pytest.mark.slow
 def test_streams_device_count_from_env(programs, sim_env, extra_env):
     result = runner.run(
         programs["streams"], runner.rank_args(2, "threads"), sim_env, timeout=180, extra_env=extra_env
@@ -80,6 +82,7 @@ def _compiler_has_asan() -> bool:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_runtime_rules_under_address_sanitizer(tmp_path, sim_env):
     # A stream or event freed by aclrtDestroy* on one thread while others still synchronise it is a
     # use after free that an ordinary build only sometimes shows (a crash, a garbage code): with

@@ -43,6 +43,7 @@ def _init_method(rank: int, size: int, info: bytes, method: str, port: int, dire
 
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_init_methods(method: str, tmp_path: Any) -> None:
     out = ranks.run_processes(_init_method, 2, method, _free_port(), str(tmp_path), timeout=90)
     assert out == [3.0, 3.0]
@@ -64,6 +65,7 @@ def _explicit_arguments(rank: int, size: int, info: bytes, directory: str, world
 
 @pytest.mark.parametrize("world_size_variable", ["2", "5"])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_explicit_rank_and_size_win_over_the_environment(world_size_variable: str, tmp_path: Any) -> None:
     out = ranks.run_processes(_explicit_arguments, 2, str(tmp_path), world_size_variable, timeout=90)
     assert out == [3.0, 3.0]
@@ -91,6 +93,7 @@ def _backends(rank: int, size: int, info: bytes, directory: str) -> Dict[str, An
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_group_gives_its_cpu_backend_as_gloo_does(tmp_path: Any) -> None:
     for rank, found in enumerate(ranks.run_processes(_backends, 2, str(tmp_path), timeout=90)):
         assert found["hcclpy"] == {"rank": rank, "size": 2, "name": "hcclpy", "devices": ["cpu"], "splits": False,
@@ -122,6 +125,7 @@ def _receive_first(rank: int, size: int, info: bytes, port: int) -> List[float]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_both_ranks_may_receive_before_they_send(tmp_path: Any) -> None:
     first, second = ranks.run_processes(_receive_first, 2, _free_port(), timeout=90)
     assert first == [10.0 + r for r in range(8)] and second == [float(r) for r in range(8)]
@@ -145,6 +149,7 @@ def _tagged(rank: int, size: int, info: bytes, directory: str) -> List[float]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_sends_and_receives_match_by_tag(tmp_path: Any) -> None:
     assert ranks.run_processes(_tagged, 2, str(tmp_path), timeout=90)[1] == [1.0] * 3 + [2.0] * 3
 
@@ -163,6 +168,7 @@ def _unmatched_send(rank: int, size: int, info: bytes, directory: str) -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_send_nobody_receives_does_not_hold_up_destroy(tmp_path: Any) -> None:
     out = ranks.run_processes(_unmatched_send, 2, str(tmp_path), env={"HCCL_CONNECT_TIMEOUT": "600"}, timeout=90)
     assert out == ["BackendTimeoutError, an hcclpy timeout: True", "no send"]
@@ -183,6 +189,7 @@ def _unmatched_send_in_a_subgroup(rank: int, size: int, info: bytes, directory: 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_send_nobody_receives_times_out_by_its_group_and_destroy_ends_it(tmp_path: Any) -> None:
     out = ranks.run_processes(_unmatched_send_in_a_subgroup, 2, str(tmp_path), timeout=60)
     assert out == ["BackendTimeoutError", "no send"]
@@ -209,6 +216,7 @@ def _created_again(rank: int, size: int, info: bytes, port: int) -> List[float]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_default_group_can_be_created_again(tmp_path: Any) -> None:
     out = ranks.run_processes(_created_again, 2, _free_port(), timeout=90)
     want = [v for round_ in range(3) for v in (1.0 + 20.0 * round_,) * 2]
@@ -231,6 +239,7 @@ def _options(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_pg_options_configure_the_communicators(tmp_path: Any) -> None:
     out = ranks.run_processes(_options, 2, str(tmp_path), timeout=90)
     for rank, res in enumerate(out):
@@ -266,6 +275,7 @@ def _overlap(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_async_work_overlaps_with_the_caller(tmp_path: Any) -> None:
     first, second = ranks.run_processes(_overlap, 2, str(tmp_path), timeout=90)
     assert first == {"pending": True, "short_wait": "timed out: BackendTimeoutError, True", "computed": 64.0 ** 3, "finished": True,
@@ -294,6 +304,7 @@ def _small_after_queued(rank: int, size: int, info: bytes, directory: str) -> Li
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_small_blocking_all_reduce_waits_for_the_queued_ones(tmp_path: Any) -> None:
     size = 2
     once = np.sum([np.full(1 << 20, float(r + 1)) for r in range(size)], axis=0)
@@ -327,6 +338,7 @@ def _futures(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_futures_settle_before_wait_returns_and_their_callbacks_may_run_collectives(tmp_path: Any) -> None:
     out = ranks.run_processes(_futures, 2, str(tmp_path), timeout=90)
     assert out == [{"late": 0, "chained": [4.0, 4.0]}] * 2
@@ -361,6 +373,7 @@ def _timeout(rank: int, size: int, info: bytes, directory: str, async_op: bool) 
 
 @pytest.mark.parametrize("async_op", [False, True])
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_group_timeout_ends_an_operation_a_peer_never_joins(async_op: bool, tmp_path: Any) -> None:
     out = ranks.run_processes(_timeout, 2, str(tmp_path), async_op, timeout=90)
     assert out[1] == "waited"
@@ -395,6 +408,7 @@ def _lazy_views(rank: int, size: int, info: bytes, directory: str) -> List[str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_tensors_with_the_negative_bit_are_refused(tmp_path: Any) -> None:
     """Their memory does not hold their values (x.conj().imag reads +2 where the tensor is -2): the
     backend moved the memory, so the values arrived with the wrong sign."""
@@ -421,6 +435,7 @@ def _mismatched_receive(rank: int, size: int, info: bytes, directory: str) -> Li
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_failed_operation_raises_from_wait_as_torch_backends_do(tmp_path: Any) -> None:
     for got in ranks.run_processes(_mismatched_receive, 2, str(tmp_path), timeout=90):
         assert got["type"] == "BackendError" and got["torch"], got
@@ -469,6 +484,7 @@ def _refusals(rank: int, size: int, info: bytes, directory: str) -> List[str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_unsupported_combinations_are_refused_before_they_run(tmp_path: Any) -> None:
     out = ranks.run_processes(_refusals, 2, str(tmp_path), timeout=90)
     messages = out[0]

@@ -90,6 +90,7 @@ def _device_path(rank: int, size: int, info: bytes, directory: str) -> Dict[str,
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_npu_tensor_path_on_simulated_device_memory(tmp_path: Any) -> None:
     size = 2
     out = ranks.run_processes(_device_path, size, str(tmp_path), timeout=90)
@@ -139,6 +140,7 @@ def _failed_on_the_stream(rank: int, size: int, info: bytes, directory: str) -> 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_work_whose_stream_failed_completes_with_the_failure(tmp_path: Any) -> None:
     for rank, res in enumerate(ranks.run_processes(_failed_on_the_stream, 2, str(tmp_path), timeout=90)):
         assert res["completed"] and not res["success"], (rank, res)
@@ -165,6 +167,7 @@ def _waits_that_give_up(rank: int, size: int, info: bytes, directory: str) -> Di
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_wait_that_gives_up_leaves_the_work_to_finish(tmp_path: Any) -> None:
     first, second = ranks.run_processes(_waits_that_give_up, 2, str(tmp_path), timeout=90)
     assert first.pop("short_wait").startswith("gave up: allreduce on process group"), first

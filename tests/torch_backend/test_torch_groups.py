@@ -44,6 +44,7 @@ def _grid(rank: int, size: int, info: bytes, directory: str, rows: int, cols: in
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_two_dimensional_grid_of_groups(tmp_path: Any) -> None:
     rows, cols = 2, 3
     size = rows * cols
@@ -77,6 +78,7 @@ def _groups_under_gloo(rank: int, size: int, info: bytes, directory: str) -> Dic
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_hcclpy_groups_under_a_gloo_default_group(tmp_path: Any) -> None:
     size = 3
     out = ranks.run_processes(_groups_under_gloo, size, str(tmp_path), timeout=240)

@@ -357,6 +357,7 @@ def _against_gloo(rank: int, size: int, info: bytes, directory: str) -> List[str
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_every_operation_matches_gloo(size: int, tmp_path: Any) -> None:
     problems = ranks.run_processes(_against_gloo, size, str(tmp_path), timeout=240)
     report = [f"rank {r}: {p}" for r, found in enumerate(problems) for p in found]

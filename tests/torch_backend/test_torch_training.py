@@ -83,10 +83,12 @@ def _check(arrays: List[List[List[Any]]]) -> None:
 
 @pytest.mark.parametrize("size", [2, 3])
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_ddp_trains_like_gloo(size: int, tmp_path: Any) -> None:
     _check(ranks.run_processes(_both, size, str(tmp_path), "ddp", timeout=240))
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_fully_shard_trains_like_gloo(tmp_path: Any) -> None:
     _check(ranks.run_processes(_both, 2, str(tmp_path), "fsdp", timeout=240))

@@ -135,6 +135,7 @@ def _stall(rank: int, size: int, info: bytes, directory: str) -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_a_stall_is_dumped_and_the_merge_names_the_rank_behind(tmp_path: Any) -> None:
     out = ranks.run_processes(_stall, 2, str(tmp_path), timeout=90,
                               env={"HCCLPY_TRACE_DIR": str(tmp_path), "HCCL_EXEC_TIMEOUT": "2"})
