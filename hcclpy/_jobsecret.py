@@ -24,6 +24,8 @@ import stat
 import tempfile
 from typing import Optional
 
+from . import _environment
+
 __all__ = ["TOKEN_BYTES", "from_secret", "new_token", "private_dir", "publish", "read", "withdraw"]
 
 TOKEN_BYTES = 32
@@ -48,7 +50,7 @@ def private_dir() -> str:
         If the directory belongs to another user or others may read or write it (someone could
         have made it in advance, to read the secrets put there).
     """
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = _environment.runtime_dir()
     if runtime and os.path.isdir(runtime) and _private(runtime):
         path = os.path.join(runtime, "hcclpy")
     else:

@@ -1,6 +1,7 @@
 """The flight recorder's ring buffer: every operation hcclpy queues, and how far each stream got.
 
-This module sits below the runtime and the collectives (it imports nothing of hcclpy): the
+This module sits below the runtime and the collectives (of hcclpy it imports only where its two
+variables are read, :mod:`hcclpy._environment`): the
 collectives record each operation they queue, streams and events mark what they have seen
 complete, and :mod:`hcclpy.trace` turns the records into dumps, Chrome traces and health reports.
 
@@ -15,45 +16,30 @@ off; ``HCCLPY_TRACE_SIZE`` sets how many operations the ring keeps (default 1024
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections import deque
-from typing import Any, Deque, List, Optional
+from typing import Any, Deque, List
 
 import numpy as np
+
+from . import _environment
 
 __all__ = ["capacity", "completed", "enabled", "failed", "mark", "new_progress", "on_toggle", "records",
            "set_enabled"]
 
 
-DEFAULT_SIZE = 1024
-
-
-def size_problem() -> Optional[str]:
-    """What is wrong with ``HCCLPY_TRACE_SIZE`` (None when it is unset or a whole number)."""
-    raw = os.environ.get("HCCLPY_TRACE_SIZE", "").strip()
-    try:
-        int(raw or DEFAULT_SIZE)
-    except ValueError:
-        return (f"HCCLPY_TRACE_SIZE is {raw!r}, not a whole number of operations (16 or more); the flight "
-                f"recorder keeps the default {DEFAULT_SIZE}")
-    return None
-
-
 def _ring_size() -> int:
-    """``HCCLPY_TRACE_SIZE`` (default 1024, at least 16). A bad value warns and keeps the default
-    rather than fail ``import hcclpy``: ``hcclpy info`` must still run to report it."""
-    problem = size_problem()
+    """``HCCLPY_TRACE_SIZE``: a bad value warns and keeps the default rather than fail ``import
+    hcclpy``, so that ``hcclpy info`` still runs to report it."""
+    size, problem = _environment.trace_size()
     if problem is not None:
         warnings.warn(problem, RuntimeWarning, stacklevel=2)
-        return DEFAULT_SIZE
-    raw = os.environ.get("HCCLPY_TRACE_SIZE", "").strip()
-    return max(int(raw), 16) if raw else DEFAULT_SIZE
+    return size
 
 
 capacity = _ring_size()
-enabled = os.environ.get("HCCLPY_TRACE", "1") != "0"
+enabled = _environment.trace_enabled()
 
 # A clock read is cheaper than a counter and an index: the clock is the mark, and the deque drops
 # the oldest record itself. Its append is atomic under the GIL, so threads need no lock.

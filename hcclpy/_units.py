@@ -1,13 +1,11 @@
 """Byte counts as people write them: ``4096``, ``64K``, ``2M``, ``1.5G``, ``2MiB`` (K, M and G are
-powers of 1024). Shared by the environment variables, the CLI and the benchmark scripts."""
+powers of 1024). Shared by the CLI and the benchmark scripts."""
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Callable
 
-__all__ = ["env_count", "format_bytes", "parse_bytes"]
+__all__ = ["format_bytes", "parse_bytes"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # A number, an optional unit (K, KB or KiB, ...) or a bare B; any case.
@@ -37,20 +35,3 @@ def format_bytes(nbytes: int) -> str:
         if nbytes >= size and nbytes % size == 0:
             return f"{nbytes // size} {unit}"
     return f"{nbytes} B"
-
-
-def env_count(name: str, default: int, parse: Callable[[str], int], minimum: int, allowed: str) -> int:
-    """The environment variable ``name`` read with ``parse`` (``default`` when unset or blank).
-
-    Raises ValueError naming the variable, its value and what is ``allowed`` for a value ``parse``
-    refuses or one below ``minimum``."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ValueError(f"{name} is {raw!r}; use {allowed}")
-    return value

@@ -31,15 +31,13 @@ import json
 import math
 import numbers
 import os
-import re
 import tempfile
 import threading
 import time
 import zlib
 from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
-from . import _jobsecret
-from ._caller import warn_at_caller
+from . import _environment, _jobsecret
 from ._launchers import LAUNCHERS
 from ._progress import Progress
 from .communicator import Communicator, _named, _rank_table_path
@@ -53,13 +51,6 @@ from .runtime._device import DeviceLike
 __all__ = ["LaunchInfo", "detect_launch", "first_host", "init", "shutdown", "world"]
 
 DEFAULT_PORT = 29500
-DEFAULT_CONNECT_TIMEOUT = 120.0  # seconds: HCCL's default, and the simulator's
-_LONGEST_WAIT = 1e9  # seconds, ~32 years: the simulator takes longer settings as this (forever in practice)
-
-# HCCL_CONNECT_TIMEOUT as the simulator reads it, with C's strtod() taking the whole value: blanks
-# before it (none after), a sign, then a decimal or a hexadecimal (0x) number.
-_STRTOD_NUMBER = re.compile(r"[ \t\n\v\f\r]*([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-                            r"|0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?))", re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +168,7 @@ def first_host(nodelist: str) -> str:
 
 def detect_launch(env: Optional[Mapping[str, str]] = None) -> LaunchInfo:
     """Read rank, sizes and rendezvous address from the environment (see the module docstring)."""
-    env = os.environ if env is None else env
+    env = _environment.variables() if env is None else env
     partial = None  # a launcher's rank without its size, or the reverse
     for launcher, rank_var, size_var, local_var, local_size_var, job_var in LAUNCHERS:
         rank, size = _int_env(env, rank_var), _int_env(env, size_var)
@@ -315,7 +306,7 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, device: O
         store_path = _store_path(store_path)
     # RANK_TABLE_FILE describes the cluster's jobs, and is often exported on CANN hosts: a process
     # that runs alone does not wait for a table's other ranks. rank_table= is always used.
-    table = rank_table or os.environ.get("RANK_TABLE_FILE")
+    table = rank_table or _environment.rank_table_file()
     use_table = bool(rank_table) or bool(table and world_size > 1 and os.path.isfile(table))
     if use_table and sized_by_caller:
         listed = _rank_table_size(table)
@@ -395,34 +386,17 @@ def _rank_table_size(path: str) -> Optional[int]:
         return None
 
 
-def _connect_timeout() -> float:
-    """``HCCL_CONNECT_TIMEOUT`` in seconds, read as the simulator reads it: a number >= 0 (``0x``
-    hexadecimal too, blanks before it but none after). Unset or blank gives HCCL's default, 120;
-    any other value (``abc``, ``-1``, ``10s``, ``nan``, ``inf``) too, with a ``RuntimeWarning``."""
-    text = os.environ.get("HCCL_CONNECT_TIMEOUT", "")
-    if not text.strip():
-        return DEFAULT_CONNECT_TIMEOUT
-    match = _STRTOD_NUMBER.fullmatch(text)
-    if match is not None:
-        number = match.group(1)
-        value = float.fromhex(number) if "x" in number.lower() else float(number)
-        if 0 <= value < math.inf:
-            return min(abs(value), _LONGEST_WAIT)  # abs: -0 is 0
-    warn_at_caller(f"HCCL_CONNECT_TIMEOUT={text!r} is ignored: it must be a number of seconds >= 0; using "
-                   f"{DEFAULT_CONNECT_TIMEOUT:g}", RuntimeWarning)
-    return DEFAULT_CONNECT_TIMEOUT
-
-
 def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, config: Any, timeout: float) -> Communicator:
     """The root info through rank 0's TCP rendezvous, with a secret only the job's ranks learn
     (``hcclpy._jobsecret``): the user's, else one passed through torchrun's store, else one in a
     file of this user's for a job on one host."""
-    if launch.launcher == "torchrun" and not (os.environ.get("MASTER_PORT") or os.environ.get("HCCLPY_RENDEZVOUS_PORT")):
+    env = _environment.variables()
+    if launch.launcher == "torchrun" and not (env.get("MASTER_PORT") or env.get("HCCLPY_RENDEZVOUS_PORT")):
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world_size} are set but MASTER_PORT is not, so the ranks "
                          f"cannot meet: start the script with a launcher (hcclpy run -n {world_size} script.py, "
                          "torchrun), or set MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) for every rank")
-    secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
-    store = _torchrun_store(timeout)
+    secret = _environment.rendezvous_secret()
+    store = _torchrun_store(env, timeout)
     if not secret and store is None and not launch.single_host:
         raise ValueError("this job's ranks run on several hosts and no secret reaches them all: set "
                          "HCCLPY_RENDEZVOUS_TOKEN to the same random value on every rank (for example export "
@@ -430,7 +404,7 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
                          "the job script, before srun or mpirun), or pass mpi_comm=, or use torchrun")
     host, port = launch.master_addr, launch.master_port
     if store is not None:
-        key = f"hcclpy/rendezvous/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_rendezvous_number)}"
+        key = f"hcclpy/rendezvous/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{next(_rendezvous_number)}"
     else:
         key = f"{port}:{launch.job_id}:{world_size}"
     if rank == 0:
@@ -440,7 +414,7 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
         published = _jobsecret.publish(key, token) if not secret and store is None else None
         # HCCL gives up on a root info nobody joins within HCCL_CONNECT_TIMEOUT: waiting longer for
         # the ranks to fetch it would only end in that error.
-        limit = min(timeout, _connect_timeout())
+        limit = min(timeout, _environment.connect_timeout())
         try:
             server = RendezvousServer(host, port, world_size, token, info.to_bytes(), limit)
             try:
@@ -472,17 +446,17 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
 _rendezvous_number = itertools.count()  # this process's rendezvous through torchrun's store, for their keys
 
 
-def _torchrun_store(timeout: float) -> Any:
+def _torchrun_store(env: Mapping[str, str], timeout: float) -> Any:
     """The store torchrun's agent serves to its workers on ``MASTER_ADDR:MASTER_PORT``
     (``TORCHELASTIC_USE_AGENT_STORE=True``), or None outside torchrun."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     try:
         from torch.distributed import TCPStore
     except ImportError as exc:
         raise RuntimeError("torchrun started this process (TORCHELASTIC_USE_AGENT_STORE=True) but torch cannot be "
                            f"imported ({exc}), and hcclpy.init() meets the other ranks through torchrun's store") from exc
-    return TCPStore(os.environ.get("MASTER_ADDR") or "127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+    return TCPStore(env.get("MASTER_ADDR") or "127.0.0.1", int(env["MASTER_PORT"]), is_master=False,
                     timeout=datetime.timedelta(seconds=timeout))
 
 

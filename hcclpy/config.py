@@ -19,12 +19,10 @@ import dataclasses
 import difflib
 import math
 import numbers
-import os
 import struct
 from typing import Any, Mapping, Optional, Union
 
-from . import _ffi
-from ._caller import warn_at_caller
+from . import _environment, _ffi
 from .errors import UnsupportedError
 
 __all__ = ["CommConfig", "ConfigLike"]
@@ -33,8 +31,6 @@ _MAGIC = 0xF0F0F0F0
 _VERSION = 11
 _NOT_SET = 0xFFFFFFFF
 _V1_SIZE = 32
-_DEFAULT_BUFFSIZE_MB = 200
-_BUFFSIZE_MAX = 0xFFFFFFFE  # MB; 0xFFFFFFFF is the "not set" sentinel
 
 # HcclCommConfigCapability members: the library reads a field when its capability < the returned value.
 _CAPABILITY = {"buffer_size_mb": 0, "deterministic": 1, "name": 2, "op_expansion_mode": 3, "world_rank_id": 5,
@@ -106,7 +102,7 @@ def _bounded(field: str, low: int, high: int) -> Any:
 
 # How each field is checked, and normalised (NumPy ints to int, True to 1), when it is set.
 _CHECKS = {
-    "buffer_size_mb": _bounded("buffer_size_mb", 1, _BUFFSIZE_MAX),
+    "buffer_size_mb": _bounded("buffer_size_mb", 1, _environment.BUFFSIZE_MAX_MB),
     "deterministic": _deterministic,
     "name": _text("name", 128),
     "udi": _text("udi", 128),
@@ -120,24 +116,6 @@ _CHECKS = {
     "buffer_name": _text("buffer_name", 128),
     "qos": _bounded("qos", 0, 7),
 }
-
-
-def _buffsize_from_env() -> int:
-    """``HCCL_BUFFSIZE`` in MB: a whole number in the range of ``CommConfig.buffer_size_mb``; any
-    other value is ignored with a warning (the default, 200 MB, is used)."""
-    text = os.environ.get("HCCL_BUFFSIZE", "").strip()
-    if not text:
-        return _DEFAULT_BUFFSIZE_MB
-    if text.isdigit() and 1 <= int(text) <= _BUFFSIZE_MAX:
-        return int(text)
-    warn_at_caller(f"HCCL_BUFFSIZE={text!r} is ignored: it must be a whole number of MB from 1 to {_BUFFSIZE_MAX}; "
-                   f"using {_DEFAULT_BUFFSIZE_MB}", RuntimeWarning)
-    return _DEFAULT_BUFFSIZE_MB
-
-
-def _deterministic_from_env() -> int:
-    text = os.environ.get("HCCL_DETERMINISTIC", "false").strip().lower()
-    return {"true": 1, "1": 1, "strict": 2, "2": 2}.get(text, 0)
 
 
 @dataclasses.dataclass
@@ -233,8 +211,8 @@ class CommConfig:
         full = capability > _CAPABILITY["name"]
         size = _ffi.sizeof("HcclCommConfig") if full else _V1_SIZE
         struct.pack_into("<QIIQ", _ffi.buffer(cfg), 0, size, _MAGIC, _VERSION if full else 1, 0)
-        cfg.hcclBufferSize = self.buffer_size_mb or _buffsize_from_env()
-        cfg.hcclDeterministic = self.deterministic if self.deterministic is not None else _deterministic_from_env()
+        cfg.hcclBufferSize = self.buffer_size_mb or _environment.buffsize_mb()
+        cfg.hcclDeterministic = self.deterministic if self.deterministic is not None else _environment.deterministic()
         for attr, field in (("hcclCommName", "name"), ("hcclUdi", "udi"), ("hcclAlgo", "algorithm"),
                             ("hcclBufferName", "buffer_name")):
             data = _text_field(getattr(self, field), field, 1 << 30)

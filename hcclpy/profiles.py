@@ -25,9 +25,9 @@ ValueError: all_reduce of int64 with sum is not supported on the A3 profile (HCC
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
+from . import _environment
 from .types import DataType, ReduceOp, as_datatype, as_reduce_op
 
 __all__ = ["OPERATIONS", "PROFILES", "VARIABLE", "Profile", "Rule", "from_environment"]
@@ -212,7 +212,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[Pr
     >>> from_environment({"HCCLPY_SIM_PROFILE": "a2"}).name
     'A2'
     """
-    value = (os.environ if environ is None else environ).get(VARIABLE, "")
+    value = _environment.sim_profile() if environ is None else environ.get(VARIABLE, "")
     if not value:
         return None
     for profile in PROFILES.values():

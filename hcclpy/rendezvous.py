@@ -28,13 +28,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import os
 import socket
 import struct
 import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from . import _environment
 from ._jobsecret import from_secret
 from ._progress import Progress
 from .errors import CommTimeoutError, HcclpyError
@@ -72,7 +72,7 @@ def job_token(master_port: int, job_id: str = "") -> bytes:
     >>> len(job_token(29500, "job-7"))
     32
     """
-    secret = os.environ.get("HCCLPY_RENDEZVOUS_TOKEN")
+    secret = _environment.rendezvous_secret()
     if secret:
         return from_secret(secret)
     return hashlib.sha256(f"derived:{master_port}:{job_id}".encode()).digest()

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Union
 
-from . import _ffi, _trace
+from . import _environment, _ffi, _trace
 from ._launchers import launch_rank
 from .errors import AclError, AclErrorCode, CommTimeoutError, HcclError, RemoteRankError
 from .types import DataType, ReduceOp
@@ -150,7 +150,7 @@ def label(item: Dict[str, Any]) -> str:
 
 
 def _process() -> Dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": launch_rank(os.environ),
+    return {"host": socket.gethostname(), "pid": os.getpid(), "rank": launch_rank(_environment.variables()),
             "dumped_ns": time.time_ns()}
 
 
@@ -245,7 +245,7 @@ def _dump_into(directory: str) -> None:
 
 def _auto_dump(error: Exception) -> None:
     """Dump into ``HCCLPY_TRACE_DIR`` when ``error`` calls for it (see :func:`_should_dump`)."""
-    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    directory = _environment.trace_dir()
     if directory and _trace.enabled and _should_dump(error):
         _dump_into(directory)
 
@@ -254,24 +254,19 @@ _ffi.on_failure(_auto_dump)
 
 # ------------------------------------------------------- dumps when the launcher stops the job
 
-# Set by ``hcclpy run`` when HCCLPY_TRACE_DIR is: "fd:inode" of a pipe each rank inherits, which the
-# launcher closes to ask for dumps before it stops a job (at its --timeout, or on a signal).
-DUMP_PIPE_VARIABLE = "HCCLPY_DUMP_PIPE"
-
-
 def _serve_dump_requests() -> None:
     """Under ``hcclpy run`` with ``HCCLPY_TRACE_DIR`` set: a thread that dumps once the launcher
     closes its pipe. A thread, not a signal handler: the main thread of a stuck rank waits in C,
     where Python runs no handler. A process that inherited the variable but not the pipe (the
     descriptor is another file, or none) serves nothing."""
-    directory = os.environ.get("HCCLPY_TRACE_DIR")
-    if not directory or not _trace.enabled:
+    directory, pipe = _environment.trace_dir(), _environment.dump_pipe()
+    if not directory or not _trace.enabled or pipe is None:
         return
+    fd, inode = pipe
     try:
-        fd, inode = (int(part) for part in os.environ.get(DUMP_PIPE_VARIABLE, "").split(":"))
         if os.fstat(fd).st_ino != inode:
             return
-    except (ValueError, OSError):
+    except OSError:
         return
 
     def serve() -> None:
@@ -293,7 +288,7 @@ def _dump_on_sigterm() -> None:
     thread and only over the default action: a program's own handler is left alone. A process
     forked after the import (a data-loader worker) holds a copy of the parent's records, so it
     does not dump them as its own."""
-    directory = os.environ.get("HCCLPY_TRACE_DIR")
+    directory = _environment.trace_dir()
     if (not directory or not _trace.enabled or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         return

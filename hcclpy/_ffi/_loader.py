@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from .. import _environment
 from .._launchers import launch_rank
 from ..errors import LibraryNotFoundError, SimulatorFallbackWarning
 
@@ -54,25 +55,9 @@ class OpenedLibraries:
 Opener = Callable[[str], Any]
 
 
-def _backend_choice() -> str:
-    choice = os.environ.get("HCCLPY_BACKEND", "auto").strip().lower() or "auto"
-    if choice not in ("auto", "cann", "sim"):
-        raise ValueError(f"HCCLPY_BACKEND={choice!r} is not one of 'auto', 'cann', 'sim'")
-    return choice
-
-
 # The variables that name each library explicitly, in order: the first one set is the override.
 ACL_OVERRIDES = ("HCCLPY_LIBASCENDCL",)
 HCCL_OVERRIDES = ("HCCLPY_LIBHCCL", "HCCL_SO_PATH")
-
-
-def _override(overrides: Sequence[str]) -> Optional[Tuple[str, str]]:
-    """(variable, value) of the first of ``overrides`` that is set and not empty, else None."""
-    for variable in overrides:
-        value = os.environ.get(variable)
-        if value:
-            return variable, value
-    return None
 
 
 def _override_error(soname: str, variable: str, value: str, why: str) -> LibraryNotFoundError:
@@ -104,10 +89,8 @@ def _open_override(soname: str, override: Tuple[str, str], opener: Opener) -> Tu
 def _candidates(soname: str) -> List[Tuple[str, str]]:
     """(path or soname, how it was found) in search order, when no override names the library."""
     found: List[Tuple[str, str]] = []
-    for variable in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
-        root = os.environ.get(variable)
-        if root:
-            found.append((os.path.join(root, "lib64", soname), f"${variable}/lib64"))
+    for variable, root in _environment.cann_roots():
+        found.append((os.path.join(root, "lib64", soname), f"${variable}/lib64"))
     for root in INSTALL_ROOTS:
         found.append((os.path.join(root, "lib64", soname), root))
     found.append((soname, "system loader"))
@@ -173,7 +156,7 @@ def _is_simulator_tree(path: str) -> bool:
 
 
 def _open_cann(opener: Opener, failures: List[str]) -> Optional[OpenedLibraries]:
-    acl_override, hccl_override = _override(ACL_OVERRIDES), _override(HCCL_OVERRIDES)
+    acl_override, hccl_override = _environment.first_set(ACL_OVERRIDES), _environment.first_set(HCCL_OVERRIDES)
     _check_override_exists("libascendcl.so", acl_override)
     _check_override_exists("libhccl.so", hccl_override)
     # libascendcl first: libhccl needs it, and would otherwise pull in whichever one its own
@@ -229,7 +212,7 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
     """Find and open the libraries, or raise :class:`LibraryNotFoundError` listing every attempt
     (or, when ``HCCLPY_LIBASCENDCL`` / ``HCCLPY_LIBHCCL`` / ``HCCL_SO_PATH`` names a library that
     cannot be used, naming that variable, its value and why)."""
-    choice = _backend_choice()
+    choice = _environment.backend()
     failures: List[str] = []
     if choice != "sim":
         opened = _open_cann(opener, failures)
@@ -252,7 +235,7 @@ def open_libraries(opener: Opener) -> OpenedLibraries:
             + ("\nCANN candidates tried:\n" + "\n".join(failures) if failures else "")) from exc
     # Only now: a simulator that cannot be built is an error, not a fallback. Once a job: by its
     # rank 0 (or the process that runs alone), as its launcher numbers it.
-    if choice == "auto" and launch_rank(os.environ) in (None, 0):
+    if choice == "auto" and launch_rank(_environment.variables()) in (None, 0):
         _warn_from_caller("hcclpy: no CANN installation found, running on the CPU simulator "
                           "(set HCCLPY_BACKEND=cann to require real hardware)", SimulatorFallbackWarning)
     return opened

@@ -26,7 +26,7 @@ import sys
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import __version__
+from .. import __version__, _environment
 from ..errors import SimulatorFallbackWarning
 
 __all__ = ["add_parser", "collect", "format_text", "run"]
@@ -83,17 +83,18 @@ def collect() -> Dict[str, Any]:
     >>> collect()["backend"]  # doctest: +SKIP
     'sim'
     """
+    variables = _environment.variables()
     report: Dict[str, Any] = {
         "hcclpy_version": __version__,
         "python": {"version": platform.python_version(), "executable": sys.executable},
-        "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
+        "environment": {name: variables[name] for name in ENVIRONMENT if name in variables},
         "backend": None, "libraries": [], "acl_version": None, "soc_name": None, "device_count": None,
         "devices": [], "functions": {}, "optional_functions": [], "simulator": None,
         "warnings": [], "error": None,
     }
     import hcclpy
 
-    from .. import _ffi, _trace
+    from .. import _ffi
     from .._ffi import cdef_acl, cdef_hccl
 
     try:
@@ -119,10 +120,10 @@ def collect() -> Dict[str, Any]:
     except hcclpy.HcclpyError as exc:
         report["error"] = f"{type(exc).__name__}: {exc}"
         return report
-    problem = _trace.size_problem()  # import hcclpy warned and went on, so that it can be reported here
+    problem = _environment.trace_size()[1]  # import hcclpy warned and went on, so that it can be reported here
     if problem is not None:
         report["warnings"].append(problem)
-    note = visible_devices_note(os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""), report["device_count"],
+    note = visible_devices_note(_environment.visible_devices(), report["device_count"],
                                 report["backend"])
     if note is not None:
         report["warnings"].append(note)
@@ -180,7 +181,7 @@ def visible_devices_note(value: str, device_count: int, backend: Optional[str]) 
     else:
         return None
     # The same words as the simulator's own message (aclrtSetDevice on a device the list left out).
-    physical = os.environ.get("HCCLPY_SIM_DEVICES", "").strip() or "8"
+    physical = _environment.sim_devices() or "8"
     where = (f"0..{int(physical) - 1}, HCCLPY_SIM_DEVICES" if backend == "sim" and physical.isdigit()
              else "no such device here")
     return (f"ASCEND_RT_VISIBLE_DEVICES={value!r} stops at {stopped}, which is not a device id ({where}): "

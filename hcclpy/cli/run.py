@@ -455,7 +455,7 @@ class _Launch:
             base.setdefault("HCCLPY_RENDEZVOUS_PORT", str(rendezvous_port(ranks[0])))
         keep: Tuple[int, ...] = ()
         if base.get("HCCLPY_TRACE_DIR"):
-            from ..trace import DUMP_PIPE_VARIABLE
+            from .._environment import DUMP_PIPE_VARIABLE
 
             self.dump_pipe = os.pipe()
             keep = (self.dump_pipe[0],)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .. import __version__
+from .. import __version__, _environment
 from .._progress import Progress
 
 # The directory holding ``src/`` and ``include/``. Private and module-level so that a test can
@@ -210,7 +210,7 @@ def env() -> dict[str, str]:
     """
     tree = home()
     lib64 = str(tree / "lib64")
-    current = os.environ.get("LD_LIBRARY_PATH", "")
+    current = _environment.library_path()
     return {
         "ASCEND_HOME_PATH": str(tree),
         "ASCEND_TOOLKIT_HOME": str(tree),
@@ -226,9 +226,9 @@ def sh_quote(value: str) -> str:
 def find_compiler(variable: str = "CC", names: Sequence[str] = ("cc", "gcc")) -> list[str]:
     """Return the compiler command: ``$variable`` split like a shell would, else the first of
     ``names`` on PATH. Raise SimulatorBuildError when there is none."""
-    explicit = os.environ.get(variable, "").strip()
+    explicit = _environment.compiler(variable)
     if explicit:
-        return shlex.split(explicit)
+        return explicit
     for name in names:
         if shutil.which(name):
             return [name]
@@ -241,14 +241,7 @@ def _cache_root() -> Path:
 
 def _cache_root_and_origin() -> tuple[Path, str]:
     """The cache directory, and where that choice came from (for error messages)."""
-    explicit = os.environ.get("HCCLPY_SIM_CACHE")
-    if explicit:
-        return Path(os.path.abspath(os.path.expanduser(explicit))), f"HCCLPY_SIM_CACHE={explicit!r}"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    # The XDG spec says to ignore a relative XDG_CACHE_HOME.
-    if xdg and os.path.isabs(xdg):
-        return Path(xdg) / "hcclpy", f"XDG_CACHE_HOME={xdg!r}, HCCLPY_SIM_CACHE unset"
-    return Path.home() / ".cache" / "hcclpy", "the default: HCCLPY_SIM_CACHE and XDG_CACHE_HOME unset"
+    return _environment.sim_cache()
 
 
 @contextlib.contextmanager

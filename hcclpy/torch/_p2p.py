@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .._units import env_count
+from .. import _environment
 from ..communicator import Communicator
 from ..config import CommConfig
 from ..rootinfo import RootInfo
@@ -34,7 +34,7 @@ _P2P_BUFFER_MB = 20
 
 def _p2p_buffer_mb() -> int:
     """``P2P_HCCL_BUFFSIZE``: MB of buffer for each point-to-point communicator (default 20)."""
-    return env_count("P2P_HCCL_BUFFSIZE", _P2P_BUFFER_MB, int, 1,
+    return _environment.count("P2P_HCCL_BUFFSIZE", _P2P_BUFFER_MB, int, 1,
                      f"a whole number of MB, 1 or more (default {_P2P_BUFFER_MB})")
 
 

@@ -29,7 +29,9 @@ import pytest
 
 import hcclpy
 import ranks
-from hcclpy.bootstrap import DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, LaunchInfo, _connect_timeout, detect_launch, world
+from hcclpy._environment import DEFAULT_CONNECT_TIMEOUT
+from hcclpy._environment import connect_timeout as _connect_timeout
+from hcclpy.bootstrap import DEFAULT_PORT, LaunchInfo, detect_launch, world
 from hcclpy.rendezvous import RendezvousError, fetch_root_info, free_port, job_token
 
 pytestmark = [pytest.mark.timeout(120),

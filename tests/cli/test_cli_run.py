@@ -807,7 +807,7 @@ def test_a_process_without_the_launchers_pipe_serves_no_dumps(monkeypatch):
     other = os.open(os.devnull, os.O_RDONLY)
     try:
         for value in ("0:1", "bad", f"{other}:0", "999999:5"):  # other files, garbage, no such descriptor
-            monkeypatch.setenv(hcclpy.trace.DUMP_PIPE_VARIABLE, value)
+            monkeypatch.setenv(hcclpy._environment.DUMP_PIPE_VARIABLE, value)
             hcclpy.trace._serve_dump_requests()
     finally:
         os.close(other)
