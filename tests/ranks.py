@@ -1,4 +1,4 @@
-"""Run one function as N ranks, as threads of this process or as spawned processes.
+"""Run one function as N ranks, as threads of this process or as fresh processes.
 
 Every rank calls ``fn(rank, size, root_info_bytes, *args)`` with its current device already set to
 ``rank``; ``root_info_bytes`` comes from ``hcclpy.RootInfo.generate(device=0)`` in the calling
@@ -14,7 +14,8 @@ The ranks get a short ``HCCL_EXEC_TIMEOUT`` / ``HCCL_CONNECT_TIMEOUT`` (:data:`R
 ends in an error rather than a long wait.
 
 Functions run as processes are pickled by reference: define them at module level in a module the
-children can import (test modules are, because spawn copies ``sys.path``).
+children can import (test modules are: the fork server the processes come from has the test
+process's ``sys.path``). Each process runs in the test's current environment and directory.
 
 Examples
 --------
@@ -178,8 +179,12 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def _child_main(fn: Callable[..., Any], rank: int, size: int, info: bytes, args: tuple, env: Dict[str, str],
-                results: Any, hang_report_after: float) -> None:
+                cwd: str, results: Any, hang_report_after: float) -> None:
+    # Forked from the fork server, which started with the environment of its own start: this
+    # rank takes the test's, as a spawned process would.
+    os.environ.clear()
     os.environ.update(env)
+    os.chdir(cwd)
     # If this rank hangs, its stacks reach the test's output before the parent kills it.
     faulthandler.dump_traceback_later(hang_report_after, exit=False)
     try:
@@ -203,18 +208,27 @@ def _child_main(fn: Callable[..., Any], rank: int, size: int, info: bytes, args:
     sys.stderr.flush()
 
 
+def _process_context() -> Any:
+    """Ranks are forked from a fork server that has imported NumPy and hcclpy (which loads no
+    library until asked): a process that has not touched the runtime, as a spawned one, for a
+    fraction of an interpreter's start."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["numpy", "hcclpy", "ranks"])
+    return context
+
+
 def run_processes(fn: Callable[..., Any], size: int, *args: Any, timeout: Optional[float] = None,
                   env: Optional[Mapping[str, str]] = None, return_exceptions: bool = False,
                   root_info: Optional[bytes] = None) -> List[Any]:
-    """Run ``fn`` as ``size`` processes started with the ``spawn`` method (see the module docstring)."""
+    """Run ``fn`` as ``size`` fresh processes (see the module docstring)."""
     timeout = DEFAULT_TIMEOUT["processes"] if timeout is None else timeout
     info = _root_info() if root_info is None else root_info
-    variables = {**RANK_ENV, **(env or {})}
-    context = multiprocessing.get_context("spawn")
+    variables = {**os.environ, **RANK_ENV, **(env or {})}
+    context = _process_context()
     results = context.Queue()
     processes = [
         context.Process(target=_child_main, name=f"rank{r}", daemon=True,
-                        args=(fn, r, size, info, args, variables, results, max(1.0, timeout - 5.0)))
+                        args=(fn, r, size, info, args, variables, os.getcwd(), results, max(1.0, timeout - 5.0)))
         for r in range(size)
     ]
     outcomes: Dict[int, Any] = {}

@@ -5,6 +5,7 @@ the headers compiled as C++14."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +271,13 @@ def test_acl_finalize_reference(compile_c, sim_env, tmp_path):
     # The simulator counts one aclInit: dropping it finalises (0 left); a second call is a repeat.
     assert lines[:2] == ["0", "0"], result.report()
     assert lines[2:] == ["100037", "77"], result.report()
+
+
+@pytest.mark.timeout(120)
+def test_newer_runtime_functions(compile_c, sim_env):
+    # aclrtStreamQuery, aclrtStreamGetId, aclrtLaunchHostFunc, aclrtMemcpy2d(Async) and
+    # aclDataTypeSize: results, stream order, and the codes of bad arguments (c/runtime_newer.c).
+    binary = compile_c([runner.C_DIR / "runtime_newer.c"], "runtime_newer")
+    result = runner.run(binary, [], sim_env, timeout=90)
+    runner.check(result)
+    assert re.search(r"runtime_newer: \d+ checks OK", result.output), result.output

@@ -96,6 +96,42 @@ static const int ACL_ERROR_RT_FAILURE = 500003;          /* runtime failure */
 static const int ACL_ERROR_DRV_FAILURE = 500004;         /* driver failure */
 static const int ACL_ERROR_PROFILING_FAILURE = 500005;   /* profiling failure */
 
+/* Element types of tensors and buffers. */
+typedef enum {
+    ACL_DT_UNDEFINED = -1,
+    ACL_FLOAT = 0,
+    ACL_FLOAT16 = 1,
+    ACL_INT8 = 2,
+    ACL_INT32 = 3,
+    ACL_UINT8 = 4,
+    ACL_INT16 = 6,
+    ACL_UINT16 = 7,
+    ACL_UINT32 = 8,
+    ACL_INT64 = 9,
+    ACL_UINT64 = 10,
+    ACL_DOUBLE = 11,
+    ACL_BOOL = 12,
+    ACL_STRING = 13,
+    ACL_COMPLEX64 = 16,
+    ACL_COMPLEX128 = 17,
+    ACL_BF16 = 27,
+    ACL_INT4 = 29,
+    ACL_UINT1 = 30,
+    ACL_COMPLEX32 = 33,
+    ACL_HIFLOAT8 = 34,
+    ACL_FLOAT8_E5M2 = 35,
+    ACL_FLOAT8_E4M3FN = 36,
+    ACL_FLOAT8_E8M0 = 37,
+    ACL_FLOAT6_E3M2 = 38,
+    ACL_FLOAT6_E2M3 = 39,
+    ACL_FLOAT4_E2M1 = 40,
+    ACL_FLOAT4_E1M2 = 41
+} aclDataType;
+
+/* Bytes of one element of dataType; 0 for a type without a whole-byte element (strings, the
+ * 4-, 6- and 1-bit types) or an unknown one. */
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
+
 /* Name of the SoC the process runs on (static string, NULL on failure). */
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName(void);
 

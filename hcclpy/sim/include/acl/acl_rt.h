@@ -120,6 +120,16 @@ typedef void *aclrtDrvMemHandle;
 /* Host function run by aclrtLaunchCallback. */
 typedef void (*aclrtCallback)(void *userData);
 
+/* Host function run by aclrtLaunchHostFunc. */
+typedef void (*aclrtHostFunc)(void *args);
+
+/* What aclrtStreamQuery reports. */
+typedef enum aclrtStreamStatus {
+    ACL_STREAM_STATUS_COMPLETE = 0,   /* every task queued on the stream has finished */
+    ACL_STREAM_STATUS_NOT_READY = 1,  /* at least one has not */
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF
+} aclrtStreamStatus;
+
 /* Sizes of the strings of aclCANNPackageVersion (and of aclsysGetVersionStr's buffer). */
 #define ACL_PKG_VERSION_MAX_SIZE       128
 #define ACL_PKG_VERSION_PARTS_MAX_SIZE 64
@@ -239,6 +249,10 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream strea
                                                                int32_t timeout);
 /* Make later work on stream wait until event has completed. */
 ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+/* Whether every task queued on stream (NULL: the default stream) has finished; never waits. */
+ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
+/* The id of stream (NULL: the default stream), unique among the process's live streams. */
+ACL_FUNC_VISIBILITY aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId);
 
 /* ---- events ----------------------------------------------------------- */
 
@@ -290,11 +304,22 @@ ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t 
 /* Fill count bytes with value in stream order. */
 ACL_FUNC_VISIBILITY aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value,
                                               size_t count, aclrtStream stream);
+/* Copy height rows of width bytes, rows spitch bytes apart in src and dpitch apart in dst
+ * (host to device or device to host). Synchronous. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                           size_t width, size_t height, aclrtMemcpyKind kind);
+/* The same in stream order. */
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src,
+                                                size_t spitch, size_t width, size_t height,
+                                                aclrtMemcpyKind kind, aclrtStream stream);
 /* Free and total bytes of one memory kind on the current device. */
 ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 
 /* ---- host callbacks --------------------------------------------------- */
 
+/* Queue fn(args) on stream (NULL: the default stream): it runs in stream order, on the thread
+ * that runs the stream's work, and the stream's later work waits until it returns. */
+ACL_FUNC_VISIBILITY aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
 /* Queue fn(userData) on stream; run by a thread subscribed to it. */
 ACL_FUNC_VISIBILITY aclError aclrtLaunchCallback(aclrtCallback fn, void *userData,
                                                  aclrtCallbackBlockType blockType,

@@ -565,3 +565,22 @@ __attribute__((constructor)) static void install_fork_handler(void)
 {
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
+
+SIM_EXPORT size_t aclDataTypeSize(aclDataType dataType)
+{
+    switch (dataType) {
+    case ACL_INT8: case ACL_UINT8: case ACL_BOOL: case ACL_HIFLOAT8: case ACL_FLOAT8_E5M2: case ACL_FLOAT8_E4M3FN:
+    case ACL_FLOAT8_E8M0:
+        return 1;
+    case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16:
+        return 2;
+    case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: case ACL_COMPLEX32:
+        return 4;
+    case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: case ACL_COMPLEX64:
+        return 8;
+    case ACL_COMPLEX128:
+        return 16;
+    default: /* strings, the 4-, 6- and 1-bit types, unknown values */
+        return 0;
+    }
+}

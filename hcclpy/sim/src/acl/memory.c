@@ -665,6 +665,36 @@ int sim_check_copy(const char *api, void *dst, size_t destMax, const void *src, 
     return err;
 }
 
+int sim_check_copy_2d(const char *api, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                      size_t height, aclrtMemcpyKind kind)
+{
+    if (width == 0 || height == 0)
+        return ACL_SUCCESS;
+    if (dst == NULL || src == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s is NULL", api, dst == NULL ? "dst" : "src");
+    if (width > dpitch || width > spitch)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: width %zu is larger than %s %zu (a row must fit in its pitch)",
+                         api, width, width > dpitch ? "dpitch" : "spitch", width > dpitch ? dpitch : spitch);
+    if ((height - 1) > (SIZE_MAX - width) / dpitch || (height - 1) > (SIZE_MAX - width) / spitch)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %zu rows of pitch %zu overflow the address space", api, height,
+                         SIM_MAX(dpitch, spitch));
+    enum side dst_side, src_side;
+    const char *name;
+    if (kind == ACL_MEMCPY_HOST_TO_DEVICE) {
+        dst_side = SIDE_DEVICE, src_side = SIDE_HOST, name = "ACL_MEMCPY_HOST_TO_DEVICE";
+    } else if (kind == ACL_MEMCPY_DEVICE_TO_HOST) {
+        dst_side = SIDE_HOST, src_side = SIDE_DEVICE, name = "ACL_MEMCPY_DEVICE_TO_HOST";
+    } else {
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: copy kind %d is not supported: 2-D copies go host to device "
+                         "(ACL_MEMCPY_HOST_TO_DEVICE) or device to host (ACL_MEMCPY_DEVICE_TO_HOST)", api, (int)kind);
+    }
+    /* The span from the first byte of the first row to the last byte of the last one. */
+    int err = check_side(api, "dst", dst, (height - 1) * dpitch + width, dst_side, name);
+    if (err == ACL_SUCCESS)
+        err = check_side(api, "src", src, (height - 1) * spitch + width, src_side, name);
+    return err;
+}
+
 int sim_check_set(const char *api, void *devPtr, size_t maxCount, size_t count)
 {
     if (count == 0)

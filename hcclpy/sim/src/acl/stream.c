@@ -57,7 +57,11 @@ struct sim_stream {
     char error_text[1024];
 
     _Atomic uint64_t report_thread; /* aclrtSubscribeReport */
+    int32_t id;                     /* aclrtStreamGetId */
 };
+
+/* Stream ids, in creation order: ids are never reused in a process, so an id names one stream. */
+static _Atomic int32_t g_next_stream_id;
 
 /* ------------------------------------------------------------- bookkeeping */
 
@@ -394,6 +398,7 @@ int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_def
     stream->priority = priority;
     stream->flags = flags;
     stream->refs = 1;
+    stream->id = atomic_fetch_add(&g_next_stream_id, 1);
     pthread_mutex_init(&stream->lock, NULL);
     stream->handle = sim_handle_new(SIM_KIND_STREAM, stream);
     if (stream->handle == NULL) {
@@ -610,6 +615,39 @@ SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_
     return err;
 }
 
+SIM_EXPORT aclError aclrtStreamQuery(aclrtStream handle, aclrtStreamStatus *status)
+{
+    if (status == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is NULL");
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    /* Only looks: nothing is run or waited for.  A failed stream's error is reported here, as
+     * by a synchronisation, once its work has ended. */
+    if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued)) {
+        *status = ACL_STREAM_STATUS_NOT_READY;
+    } else {
+        err = sim_stream_sync_to(stream, 0, SIM_NO_DEADLINE);
+        *status = ACL_STREAM_STATUS_COMPLETE;
+    }
+    sim_stream_unref(stream);
+    return err;
+}
+
+SIM_EXPORT aclError aclrtStreamGetId(aclrtStream handle, int32_t *streamId)
+{
+    if (streamId == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtStreamGetId: streamId is NULL");
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    *streamId = stream->id;
+    sim_stream_unref(stream);
+    return ACL_SUCCESS;
+}
+
 /* --------------------------------------------------------- copies and sets */
 
 int sim_check_copy(const char *api, void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
@@ -699,6 +737,107 @@ SIM_EXPORT aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t valu
         err = enqueue_copy_or_set(stream, run_set, devPtr, NULL, count, value & 0xFF, false, false);
     sim_stream_unref(stream);
     return err;
+}
+
+int sim_check_copy_2d(const char *api, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                      size_t height, aclrtMemcpyKind kind);
+
+typedef struct {
+    sim_task_t base;
+    char *dst;
+    const char *src;
+    size_t dpitch, spitch, width, height;
+} copy_2d_task_t;
+
+static void copy_rows(char *dst, size_t dpitch, const char *src, size_t spitch, size_t width, size_t height)
+{
+    for (size_t row = 0; row < height; row++)
+        memmove(dst + row * dpitch, src + row * spitch, width);
+}
+
+static int run_copy_2d(sim_task_t *task, int64_t deadline)
+{
+    copy_2d_task_t *copy = (copy_2d_task_t *)task;
+    copy_rows(copy->dst, copy->dpitch, copy->src, copy->spitch, copy->width, copy->height);
+    return SIM_TASK_DONE;
+}
+
+SIM_EXPORT aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                  size_t height, aclrtMemcpyKind kind)
+{
+    int err = sim_check_copy_2d("aclrtMemcpy2d", dst, dpitch, src, spitch, width, height, kind);
+    if (err == ACL_SUCCESS)
+        copy_rows(dst, dpitch, src, spitch, width, height);
+    return err;
+}
+
+SIM_EXPORT aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                       size_t height, aclrtMemcpyKind kind, aclrtStream handle)
+{
+    int err = sim_check_copy_2d("aclrtMemcpy2dAsync", dst, dpitch, src, spitch, width, height, kind);
+    if (err != ACL_SUCCESS)
+        return err;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    if (width != 0 && height != 0) {
+        copy_2d_task_t *task = malloc(sizeof *task);
+        if (task == NULL) {
+            sim_stream_unref(stream);
+            return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+        }
+        *task = (copy_2d_task_t){0};
+        task->base.run = run_copy_2d;
+        task->base.release = free_task;
+        task->base.name = "memcpy2d";
+        task->dst = dst;
+        task->src = src;
+        task->dpitch = dpitch, task->spitch = spitch, task->width = width, task->height = height;
+        sim_stream_enqueue(stream, &task->base);
+    }
+    sim_stream_unref(stream);
+    return ACL_SUCCESS;
+}
+
+/* ----------------------------------------------------------- host functions */
+
+typedef struct {
+    sim_task_t base;
+    aclrtHostFunc fn;
+    void *args;
+} host_func_task_t;
+
+/* Runs on the thread that runs the stream (its worker, or a thread synchronising it), in stream
+ * order; the stream's later tasks wait for it, as they wait for any task. */
+static int run_host_func(sim_task_t *task, int64_t deadline)
+{
+    host_func_task_t *host = (host_func_task_t *)task;
+    host->fn(host->args);
+    return SIM_TASK_DONE;
+}
+
+SIM_EXPORT aclError aclrtLaunchHostFunc(aclrtStream handle, aclrtHostFunc fn, void *args)
+{
+    if (fn == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtLaunchHostFunc: fn is NULL");
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    host_func_task_t *task = malloc(sizeof *task);
+    if (task == NULL) {
+        sim_stream_unref(stream);
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+    }
+    *task = (host_func_task_t){0};
+    task->base.run = run_host_func;
+    task->base.release = free_task;
+    task->base.name = "host function";
+    task->fn = fn;
+    task->args = args;
+    sim_stream_enqueue(stream, &task->base);
+    sim_stream_unref(stream);
+    return ACL_SUCCESS;
 }
 
 /* -------------------------------------------------------------- callbacks */
