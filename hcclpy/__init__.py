@@ -28,7 +28,7 @@ from .bootstrap import init, shutdown
 from .collectives import BufferLike, PersistentOp, group
 from .communicator import Communicator
 from .config import CommConfig
-from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError,
+from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError, HostFunctionError,
                      LibraryNotFoundError, RemoteRankError, SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
 from .runtime import Device, DeviceArray, Event, Stream, device_count, empty, from_numpy, pinned_empty, zeros
@@ -43,7 +43,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "AclError", "BufferLike", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
     "DeviceArray", "Event",
-    "HcclError", "HcclpyError", "LibraryNotFoundError", "OpLike", "PersistentOp", "ReduceOp", "RemoteRankError", "RootInfo",
+    "HcclError", "HcclpyError", "HostFunctionError", "LibraryNotFoundError", "OpLike", "PersistentOp", "ReduceOp", "RemoteRankError", "RootInfo",
     "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
     "library_info", "pinned_empty", "shutdown", "trace", "zeros",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "HcclRemoteError",
     "HcclResult",
     "HcclTimeoutError",
+    "HostFunctionError",
     "HcclpyError",
     "LibraryNotFoundError",
     "RemoteRankError",
@@ -55,6 +56,12 @@ class LibraryNotFoundError(HcclpyError, OSError):
 
 class UnsupportedError(HcclpyError, NotImplementedError):
     """The loaded library does not provide a function or feature (it needs a newer CANN)."""
+
+
+class HostFunctionError(HcclpyError, RuntimeError):
+    """A function queued with :meth:`hcclpy.Stream.launch_host_func` raised; the exception it raised
+    is the ``__cause__``. Raised by the stream's next ``synchronize()`` or ``query()``: the stream's
+    later work ran regardless, as after any host function."""
 
 
 class SimulatorFallbackWarning(UserWarning):

@@ -182,6 +182,19 @@ def gc(pointer: Any, destructor: Any) -> Any:
     return ffi.gc(pointer, destructor)
 
 
+@ffi.callback("void(void *)")
+def _run_host_function(args: Any) -> None:
+    # The C side of every host function: ``args`` is the handle of a Python callable, which
+    # catches what it raises itself (an exception cannot cross back into C).
+    ffi.from_handle(args)()
+
+
+def host_function(fn: Any) -> Tuple[Any, Any]:
+    """``(C function, argument)`` that make C call ``fn()``; the argument keeps a reference to
+    ``fn`` and must be kept alive until C has called it."""
+    return _run_host_function, ffi.new_handle(fn)
+
+
 def api() -> Api:
     """The loaded C functions, opening the libraries on first call."""
     return _api if _api is not None else _load()

@@ -40,6 +40,10 @@ typedef enum {
 } aclrtMemAttr;
 typedef enum { ACL_RT_THREAD_LEVEL = 0 } aclrtLastErrLevel;
 typedef void (*aclrtCallback)(void *userData);
+typedef void (*aclrtHostFunc)(void *args);
+typedef enum {
+    ACL_STREAM_STATUS_COMPLETE = 0, ACL_STREAM_STATUS_NOT_READY = 1, ACL_STREAM_STATUS_RESERVED = 0xFFFF
+} aclrtStreamStatus;
 """
 
 FUNCTIONS = """
@@ -69,6 +73,9 @@ aclError aclrtDestroyStreamForce(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
 aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
+aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId);
+aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
 
 aclError aclrtCreateEvent(aclrtEvent *event);
 aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
@@ -92,6 +99,11 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
 aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                       aclrtMemcpyKind kind);
+aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                            aclrtMemcpyKind kind, aclrtStream stream);
+size_t aclDataTypeSize(int dataType);
 
 aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
                              aclrtStream stream);
@@ -120,4 +132,7 @@ OPTIONAL = (
     "aclrtResetEvent", "aclrtQueryEvent", "aclrtQueryEventStatus", "aclrtSynchronizeEventWithTimeout",
     "aclrtGetMemInfo", "aclrtLaunchCallback", "aclrtSubscribeReport", "aclrtProcessReport",
     "aclrtUnSubscribeReport", "aclrtPeekAtLastError", "aclrtGetLastError",
+    # CANN 8.x
+    "aclrtStreamQuery", "aclrtStreamGetId", "aclrtLaunchHostFunc", "aclrtMemcpy2d", "aclrtMemcpy2dAsync",
+    "aclDataTypeSize",
 )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import weakref
 from functools import partial
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .. import _ffi, _trace
-from ..errors import AclErrorCode, HcclpyError
+from ..errors import AclErrorCode, HcclpyError, HostFunctionError, UnsupportedError
 from ._device import Device, DeviceLike, check_visible
 from ._lifetime import CLOSES, attach
 from ._waits import WAIT_SLICE_MS, seconds, wait_for, waited, wait_in_slices
@@ -20,6 +20,7 @@ __all__ = ["Stream"]
 
 HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
 _now = _trace.now
+_STREAM_COMPLETE = 0  # ACL_STREAM_STATUS_COMPLETE
 _SYNC_TIMEOUT = int(AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  # a timed wait's code when the work is not done
 
 
@@ -161,7 +162,7 @@ class Stream:
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
                  "_live_device", "_held", "_dropped", "_sealed", "_turn", "_holdings", "_progress",
-                 "_sync", "_failed")
+                 "_sync", "_failed", "_host_failures")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -202,6 +203,7 @@ class Stream:
         # True once queued work failed (an error, not a wait's timeout): the stream fails for good,
         # so the device replaces a failed default stream (see Device.default_stream).
         self._failed = False
+        self._host_failures: List[HostFunctionError] = []  # raised by queued host functions, not yet reported
         _registry.add(holdings)
         # The collector never waits: a stream collected with work pending is parked (see _release).
         # A borrowed stream is released too, to leave the registry, but never warns.
@@ -361,6 +363,9 @@ class Stream:
             if upto > progress[0]:
                 progress[0] = upto
                 progress[2] = _now()
+            if self._host_failures:
+                self._let_go(end, upto)
+                raise self._host_failures.pop(0)
             if self._sealed:
                 self._let_go(end, upto)
                 return
@@ -391,6 +396,8 @@ class Stream:
             raise self._failure(rc, name, upto, ms)
         _trace.completed(self._progress, upto)
         self._let_go(end, upto)
+        if self._host_failures:
+            raise self._host_failures.pop(0)
 
     def _failure(self, rc: int, name: str, upto: int, ms: int = -1) -> Exception:
         """The exception for a wait (of ``ms`` milliseconds) that returned ``rc``. Anything but the
@@ -402,18 +409,94 @@ class Stream:
         return _ffi.acl_failure(rc, name, context=waited(ms))
 
     def query(self) -> bool:
-        """True if all work queued so far has finished, without waiting; False otherwise."""
+        """True if all work queued so far has finished, without waiting; False otherwise
+        (``aclrtStreamQuery``, or a wait of no time on a CANN without it).
+
+        Raises
+        ------
+        AclError
+            If queued work failed.
+        HostFunctionError
+            If a host function queued on this stream raised (once per such function).
+        """
         bound = _ffi.api()
         end = self._held_end()
         upto = _trace.mark()
-        rc = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0)
-        if rc == _SYNC_TIMEOUT:
-            return False
+        if bound.present.get("aclrtStreamQuery"):
+            status = _ffi.new("aclrtStreamStatus *")
+            rc, name = bound.aclrtStreamQuery(self._cdata(), status), "aclrtStreamQuery"
+            if not rc and status[0] != _STREAM_COMPLETE:
+                return False
+        else:
+            rc, name = bound.aclrtSynchronizeStreamWithTimeout(self._cdata(), 0), "aclrtSynchronizeStreamWithTimeout"
+            if rc == _SYNC_TIMEOUT:
+                return False
         if rc:
-            raise self._failure(rc, "aclrtSynchronizeStreamWithTimeout", upto)
+            raise self._failure(rc, name, upto)
         _trace.completed(self._progress, upto)
         self._let_go(end, upto)
+        if self._host_failures:
+            raise self._host_failures.pop(0)
         return True
+
+    @property
+    def id(self) -> int:
+        """The stream's id (``aclrtStreamGetId``), unique among the process's streams.
+
+        Raises
+        ------
+        UnsupportedError
+            On a CANN without ``aclrtStreamGetId``.
+        """
+        bound = _ffi.api()
+        if not bound.present.get("aclrtStreamGetId"):
+            raise UnsupportedError("Stream.id needs aclrtStreamGetId (CANN 8.x), which this CANN does not provide")
+        value = _ffi.new("int32_t *")
+        _ffi.check_acl(bound.aclrtStreamGetId(self._cdata(), value), "aclrtStreamGetId")
+        return int(value[0])
+
+    def launch_host_func(self, fn: Callable[[], Any]) -> None:
+        """Queue ``fn()`` (a Python callable taking no argument) on this stream: it runs once the
+        work queued before it has finished, on a runtime thread, and the work queued after it waits
+        until it returns (``aclrtLaunchHostFunc``).
+
+        ``fn`` must not synchronise a stream or queue work (CANN forbids it in host functions). If
+        it raises, the stream's later work still runs, and the exception is raised, as the cause
+        of a :class:`HostFunctionError`, by the stream's next :meth:`synchronize` or
+        :meth:`query`. The stream keeps ``fn`` alive until then.
+
+        Raises
+        ------
+        TypeError
+            ``fn`` is not callable.
+        UnsupportedError
+            On a CANN without ``aclrtLaunchHostFunc``.
+
+        Examples
+        --------
+        >>> stream.launch_host_func(lambda: print("the copy before me is done"))
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable taking no argument, got {type(fn).__name__}")
+        bound = _ffi.api()
+        if not bound.present.get("aclrtLaunchHostFunc"):
+            raise UnsupportedError("Stream.launch_host_func needs aclrtLaunchHostFunc (CANN 8.x), which this CANN "
+                                   "does not provide")
+        failures = self._host_failures
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - reported by the next synchronize() or query()
+                error = HostFunctionError(f"host function {fn!r} queued on {self!r} raised {type(exc).__name__}: "
+                                          f"{exc}")
+                error.__cause__ = exc
+                failures.append(error)
+
+        function, handle = _ffi.host_function(run)
+        self._check_open()
+        _ffi.check_acl(bound.aclrtLaunchHostFunc(self._cdata(), function, handle), "aclrtLaunchHostFunc")
+        self._hold((handle,))  # the handle keeps run(), and fn, alive until the stream is past it
 
     def wait_event(self, event: Event) -> None:
         """Make work queued after this call wait until ``event`` completes."""
