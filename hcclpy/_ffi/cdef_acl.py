@@ -60,6 +60,9 @@ aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
 aclError aclrtSynchronizeDevice(void);
 aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout);
+aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
+aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
+aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
 
 aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
 aclError aclrtDestroyContext(aclrtContext context);
@@ -134,5 +137,5 @@ OPTIONAL = (
     "aclrtUnSubscribeReport", "aclrtPeekAtLastError", "aclrtGetLastError",
     # CANN 8.x
     "aclrtStreamQuery", "aclrtStreamGetId", "aclrtLaunchHostFunc", "aclrtMemcpy2d", "aclrtMemcpy2dAsync",
-    "aclDataTypeSize",
+    "aclDataTypeSize", "aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess",
 )

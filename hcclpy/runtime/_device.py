@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from .. import _ffi
-from ..errors import AclErrorCode, HcclpyError
+from ..errors import AclErrorCode, HcclpyError, UnsupportedError
 from ._waits import wait_for
 
 if TYPE_CHECKING:
@@ -160,6 +160,52 @@ class Device:
         from ._stream import Stream
 
         return Stream._create(self, priority)
+
+    def can_access_peer(self, peer: DeviceLike) -> bool:
+        """Whether this device can reach ``peer``'s memory (``aclrtDeviceCanAccessPeer``).
+
+        Raises
+        ------
+        ValueError
+            ``peer`` is this device.
+        UnsupportedError
+            On a CANN without peer access.
+        """
+        other = self._peer(peer, "aclrtDeviceCanAccessPeer")
+        can = _ffi.new("int32_t *")
+        _ffi.check_acl(_ffi.api().aclrtDeviceCanAccessPeer(can, self._id, other._id), "aclrtDeviceCanAccessPeer")
+        return bool(can[0])
+
+    def enable_peer_access(self, peer: DeviceLike) -> None:
+        """Let this device reach ``peer``'s memory (``aclrtDeviceEnablePeerAccess``; one direction:
+        ``peer.enable_peer_access(self)`` opens the other). Makes this device current on the
+        calling thread.
+
+        Raises
+        ------
+        ValueError
+            ``peer`` is this device.
+        AclError
+            Access was already enabled, or the devices cannot reach each other.
+        """
+        other = self._peer(peer, "aclrtDeviceEnablePeerAccess")
+        with self:
+            _ffi.check_acl(_ffi.api().aclrtDeviceEnablePeerAccess(other._id, 0), "aclrtDeviceEnablePeerAccess")
+
+    def disable_peer_access(self, peer: DeviceLike) -> None:
+        """Take back :meth:`enable_peer_access` (``aclrtDeviceDisablePeerAccess``)."""
+        other = self._peer(peer, "aclrtDeviceDisablePeerAccess")
+        with self:
+            _ffi.check_acl(_ffi.api().aclrtDeviceDisablePeerAccess(other._id), "aclrtDeviceDisablePeerAccess")
+
+    def _peer(self, peer: DeviceLike, function: str) -> Device:
+        """``peer`` as another device, checked before ``function`` is called."""
+        other = Device(peer)
+        if other is self:
+            raise ValueError(f"peer={peer!r} is this device; peer access is between two devices")
+        if not _ffi.api().present.get(function):
+            raise UnsupportedError(f"{function} (CANN 8.x) is not in the loaded CANN")
+        return other
 
     def create_event(self, *, timing: bool = True) -> Event:
         """A new event on this device; ``timing=False`` events cannot measure elapsed time."""

@@ -1,7 +1,8 @@
 /*
- * The newer CANN runtime functions of the streams group, from C: aclrtStreamQuery,
- * aclrtStreamGetId, aclrtLaunchHostFunc, aclrtMemcpy2d(Async) and aclDataTypeSize, with the
- * error codes of their bad arguments.
+ * The newer CANN runtime functions, from C: aclrtStreamQuery, aclrtStreamGetId,
+ * aclrtLaunchHostFunc, aclrtMemcpy2d(Async), aclDataTypeSize and peer access
+ * (aclrtDeviceCanAccessPeer, aclrtDeviceEnable/DisablePeerAccess), with the error codes of their
+ * bad arguments.
  *
  * usage: runtime_newer      (prints "runtime_newer: N checks OK" and "RESULT: PASS" and exits 0, or
  *                            lists the failures and exits 1)
@@ -188,6 +189,24 @@ static void data_type_sizes(void)
                (int)expected[i].type, aclDataTypeSize(expected[i].type), expected[i].size);
 }
 
+/* ---- peer access ------------------------------------------------------------------------- */
+
+static void peer_access(void)
+{
+    int32_t can = -1;
+    OK(aclrtDeviceCanAccessPeer(&can, 0, 1));
+    EXPECT(can == 1, "device 0 cannot reach device 1 (%d)", can);
+    EXPECT(aclrtDeviceCanAccessPeer(&can, 1, 1) == ACL_ERROR_INVALID_PARAM, "a device is not its own peer");
+    EXPECT(aclrtDeviceCanAccessPeer(&can, 0, 4096) == ACL_ERROR_RT_INVALID_DEVICEID, "a peer out of range is refused");
+    EXPECT(aclrtDeviceCanAccessPeer(NULL, 0, 1) == ACL_ERROR_INVALID_PARAM, "a NULL result is refused");
+    OK(aclrtDeviceEnablePeerAccess(1, 0)); /* from the current device, 0 */
+    EXPECT(aclrtDeviceEnablePeerAccess(1, 0) == ACL_ERROR_INVALID_PARAM, "enabling twice is refused");
+    EXPECT(aclrtDeviceEnablePeerAccess(2, 1) == ACL_ERROR_INVALID_PARAM, "flags other than 0 are refused");
+    EXPECT(aclrtDeviceEnablePeerAccess(0, 0) == ACL_ERROR_INVALID_PARAM, "the current device is not its own peer");
+    OK(aclrtDeviceDisablePeerAccess(1));
+    EXPECT(aclrtDeviceDisablePeerAccess(1) == ACL_ERROR_INVALID_PARAM, "disabling what is not enabled is refused");
+}
+
 int main(void)
 {
     OK(aclInit(NULL));
@@ -198,6 +217,7 @@ int main(void)
     stream_ids(stream);
     copies_2d(stream);
     data_type_sizes();
+    peer_access();
     OK(aclrtDestroyStream(stream));
     OK(aclrtResetDevice(0));
     OK(aclFinalize());

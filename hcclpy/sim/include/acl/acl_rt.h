@@ -247,6 +247,13 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
 /* Same, giving up after timeout milliseconds (-1 forever, 0 just polls). */
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream,
                                                                int32_t timeout);
+/* Whether deviceId can reach peerDeviceId's memory (*canAccessPeer 1) or not (0). */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId,
+                                                      int32_t peerDeviceId);
+/* Let the current device reach peerDeviceId's memory (one direction; flags must be 0). */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
+/* Take that back. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
 /* Make later work on stream wait until event has completed. */
 ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
 /* Whether every task queued on stream (NULL: the default stream) has finished; never waits. */

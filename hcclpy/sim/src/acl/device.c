@@ -445,3 +445,65 @@ void sim_runtime_after_fork(void)
     sim_event_after_fork();
     sim_memory_after_fork();
 }
+
+/* ------------------------------------------------------------------ peer access */
+
+/* Which device may reach which (aclrtDeviceEnablePeerAccess): one direction at a time, for the
+ * process.  Every simulated device lives in this host's memory, so any two can reach each other:
+ * enabling records the permission that CANN requires first. */
+static pthread_mutex_t g_peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool g_peer_enabled[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
+
+static int check_peer_pair(const char *api, int32_t device, int32_t peer)
+{
+    int err = sim_device_check(device);
+    if (err == ACL_SUCCESS)
+        err = sim_device_check(peer);
+    if (err != ACL_SUCCESS)
+        return err;
+    if (device == peer)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the peer device %d is the device itself", api, (int)peer);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
+{
+    if (canAccessPeer == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDeviceCanAccessPeer: canAccessPeer is NULL");
+    int err = check_peer_pair("aclrtDeviceCanAccessPeer", deviceId, peerDeviceId);
+    if (err == ACL_SUCCESS)
+        *canAccessPeer = 1;
+    return err;
+}
+
+static aclError set_peer_access(const char *api, int32_t peer, bool enable)
+{
+    int device;
+    int err = sim_current_device(&device);
+    if (err == ACL_SUCCESS)
+        err = check_peer_pair(api, device, peer);
+    if (err != ACL_SUCCESS)
+        return err;
+    pthread_mutex_lock(&g_peer_lock);
+    bool was = g_peer_enabled[device][peer];
+    if (was != enable)
+        g_peer_enabled[device][peer] = enable;
+    pthread_mutex_unlock(&g_peer_lock);
+    if (was == enable) /* as CUDA reports it: CANN's documentation does not say */
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: access from device %d to device %d is already %s", api, device,
+                         (int)peer, enable ? "enabled" : "disabled");
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)
+{
+    if (flags != 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtDeviceEnablePeerAccess: flags %u must be 0 (reserved)",
+                         (unsigned)flags);
+    return set_peer_access("aclrtDeviceEnablePeerAccess", peerDeviceId, true);
+}
+
+SIM_EXPORT aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)
+{
+    return set_peer_access("aclrtDeviceDisablePeerAccess", peerDeviceId, false);
+}

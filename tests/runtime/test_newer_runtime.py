@@ -1,5 +1,6 @@
-"""Host functions on streams (``Stream.launch_host_func``), ``Stream.query`` and ``Stream.id``:
-stream order, with collectives too; exceptions raised in a host function; bad arguments."""
+"""The newer CANN runtime surface in the binding: host functions on streams
+(``Stream.launch_host_func``: stream order, with collectives too, exceptions raised in them),
+``Stream.query``, ``Stream.id``, peer access between devices; bad arguments."""
 
 from __future__ import annotations
 
@@ -93,3 +94,18 @@ def test_a_host_function_runs_after_the_collective_queued_before_it() -> None:
     assert first["result"] == second["result"] == [3.0] * 4
     # Rank 0's host function waited for the all_reduce, which waited for rank 1's call.
     assert first["ran"] >= second["called"], (first, second)
+
+
+def test_peer_access_between_two_devices() -> None:
+    first, second = hcclpy.Device(0), hcclpy.Device(1)
+    assert first.can_access_peer(second) and second.can_access_peer(0)
+    first.enable_peer_access(second)
+    try:
+        with pytest.raises(hcclpy.AclError, match="already enabled"):
+            first.enable_peer_access(1)
+    finally:
+        first.disable_peer_access(second)
+    with pytest.raises(hcclpy.AclError, match="already disabled"):
+        first.disable_peer_access(second)
+    with pytest.raises(ValueError, match="peer=0 is this device"):
+        first.can_access_peer(0)
