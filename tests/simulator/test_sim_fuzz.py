@@ -256,6 +256,10 @@ class Driver:
             return
         if name == "HcclGetCommConfigCapability":
             return
+        if name == "aclDataTypeSize":  # a size, not a code: one of the element sizes, or 0
+            if int(result) not in (0, 1, 2, 4, 8, 16):
+                self.problems.append(f"{self.label}: aclDataTypeSize returned {int(result)}")
+            return
         code = int(result)
         if name in ("aclrtPeekAtLastError", "aclrtGetLastError"):
             # The simulator keeps one "last error" per thread for both libraries, so a failed
@@ -1140,6 +1144,27 @@ def memcpy_call(is_async: bool) -> Gen:
     return Gen(draw)
 
 
+def memcpy_2d_call(is_async: bool) -> Gen:
+    """aclrtMemcpy2d[Async]: rows small enough that a host side always fits its buffer (host memory
+    cannot be checked); the kind, the pitches and the device side vary freely."""
+
+    def draw(r: Rand) -> Tuple[List[Any], int]:
+        fine = r.random() < 0.5
+        kind = r.choice([1, 2]) if fine else one_of(ints(0, 7), u32)(r)
+        host_dst, host_src = host_sides(kind)
+        width, height = ints(0, 64)(r), ints(0, 8)(r)
+        pitches = [width + ints(0, 64)(r) if fine or r.random() < 0.7 else ints(0, 64)(r) for _ in range(2)]
+        dst = host_operand(True, True)(r) if host_dst else (good_dptr if fine else any_dptr)(r)
+        src = host_operand(True, True)(r) if host_src else (good_dptr if fine else any_dptr)(r)
+        args = [dst, pitches[0], src, pitches[1], width, height, kind]
+        if not is_async:
+            return args, -1
+        args.append((stream().good if fine else stream().bad)(r))
+        return args, 7
+
+    return Gen(draw)
+
+
 sizes = P(sampled([1, 64, 4096, DEV_BYTES]), u64)
 flags = P(sampled([0, 1, 2, 8, 9]), u32)
 tid = P(just(["tid"]), one_of(just(0), u64))
@@ -1210,6 +1235,12 @@ FUNCTIONS: Dict[str, Gen] = {
     "aclrtSynchronizeStream": call(stream()),
     "aclrtSynchronizeStreamWithTimeout": call(stream(), timeout_ms()),
     "aclrtStreamWaitEvent": call(stream(), event()),
+    "aclrtStreamQuery": call(stream(), out()),
+    "aclrtStreamGetId": call(stream(), out()),
+    "aclrtLaunchHostFunc": call(stream(), P(just(["cb"]), null), P(raw, null)),
+    "aclrtDeviceCanAccessPeer": call(out(), device_id(), device_id()),
+    "aclrtDeviceEnablePeerAccess": call(device_id(), P(just(0), u32)),
+    "aclrtDeviceDisablePeerAccess": call(device_id()),
     "aclrtCreateEvent": call(out()),
     "aclrtCreateEventWithFlag": call(out(), flags),
     "aclrtCreateEventExWithFlag": call(out(), flags),
@@ -1233,6 +1264,9 @@ FUNCTIONS: Dict[str, Gen] = {
     "aclrtMemset": call(dptr(), P(just(DEV_BYTES), u64), fill, count()),
     "aclrtMemsetAsync": call(dptr(), P(just(DEV_BYTES), u64), fill, count(), stream()),
     "aclrtGetMemInfo": call(P(ints(0, 9), u32), out(), out()),
+    "aclrtMemcpy2d": memcpy_2d_call(False),
+    "aclrtMemcpy2dAsync": memcpy_2d_call(True),
+    "aclDataTypeSize": call(P(ints(-1, 41), i32)),
     "aclrtLaunchCallback": call(P(just(["cb"]), null), P(raw, null),
                                 P(just(0), sampled([2, 3, 255, (1 << 32) - 1])), stream()),
     "aclrtSubscribeReport": call(tid, stream()),
