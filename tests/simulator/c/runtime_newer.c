@@ -1,8 +1,8 @@
 /*
  * The newer CANN runtime functions, from C: aclrtStreamQuery, aclrtStreamGetId,
- * aclrtLaunchHostFunc, aclrtMemcpy2d(Async), aclDataTypeSize and peer access
- * (aclrtDeviceCanAccessPeer, aclrtDeviceEnable/DisablePeerAccess), with the error codes of their
- * bad arguments.
+ * aclrtLaunchHostFunc, aclrtMemcpy2d(Async), aclDataTypeSize, peer access
+ * (aclrtDeviceCanAccessPeer, aclrtDeviceEnable/DisablePeerAccess) and aclrtResetDeviceForce, with
+ * the error codes of their bad arguments.
  *
  * usage: runtime_newer      (prints "runtime_newer: N checks OK" and "RESULT: PASS" and exits 0, or
  *                            lists the failures and exits 1)
@@ -189,6 +189,25 @@ static void data_type_sizes(void)
                (int)expected[i].type, aclDataTypeSize(expected[i].type), expected[i].size);
 }
 
+/* ---- forced device resets --------------------------------------------------------------- */
+
+static void forced_resets(void)
+{
+    OK(aclrtSetDevice(2));
+    OK(aclrtSetDevice(2));
+    OK(aclrtResetDeviceForce(2)); /* both sets at once */
+    EXPECT(aclrtResetDeviceForce(2) == ACL_ERROR_INVALID_PARAM, "a forced reset of a released device is refused");
+    OK(aclrtSetDevice(2));
+    OK(aclrtSetDevice(2));
+    OK(aclrtResetDevice(2));
+    OK(aclrtResetDeviceForce(2)); /* the set that was left */
+    OK(aclrtSetDevice(2));
+    OK(aclrtResetDevice(2));
+    EXPECT(aclrtResetDeviceForce(2) == ACL_ERROR_INVALID_PARAM, "a forced reset after the last reset is refused");
+    EXPECT(aclrtResetDeviceForce(4096) == ACL_ERROR_RT_INVALID_DEVICEID, "a device out of range is refused");
+    OK(aclrtSetDevice(0)); /* the thread's device again */
+}
+
 /* ---- peer access ------------------------------------------------------------------------- */
 
 static void peer_access(void)
@@ -218,6 +237,7 @@ int main(void)
     copies_2d(stream);
     data_type_sizes();
     peer_access();
+    forced_resets();
     OK(aclrtDestroyStream(stream));
     OK(aclrtResetDevice(0));
     OK(aclFinalize());

@@ -207,6 +207,8 @@ ACL_FUNC_VISIBILITY aclError aclsysGetVersionNum(char *pkgName, int32_t *version
 ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
 /* Drop one reference to deviceId; resources go away at zero. */
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
+/* Release the device whatever the number of aclrtSetDevice calls (refused once it is released). */
+ACL_FUNC_VISIBILITY aclError aclrtResetDeviceForce(int32_t deviceId);
 /* Device current for the calling thread. */
 ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
 /* Number of visible devices. */

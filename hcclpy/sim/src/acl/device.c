@@ -309,17 +309,25 @@ SIM_EXPORT aclError aclrtSetDevice(int32_t deviceId)
  * (reference §3.6: resources are freed when the count reaches 0), its memory
  * is released and the streams and events created on it are destroyed: their
  * handles are refused from then on, as after aclrtDestroyStream/Event. */
-SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
+/* aclrtResetDevice drops one aclrtSetDevice; aclrtResetDeviceForce drops them all, and is refused
+ * once the device's resources were released (by either). */
+static aclError reset_device(int32_t deviceId, bool force)
 {
     int err = sim_device_check(deviceId);
     if (err != ACL_SUCCESS)
         return err;
     sim_device_t *device = sim_device(deviceId);
     pthread_mutex_lock(&device->lock);
-    bool release = device->set_count == 1;
-    if (device->set_count > 0)
+    int before = device->set_count;
+    bool release = force ? before > 0 : before == 1;
+    if (force)
+        device->set_count = 0;
+    else if (before > 0)
         device->set_count--;
     pthread_mutex_unlock(&device->lock);
+    if (force && before == 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtResetDeviceForce: device %d is not set (never set, or its "
+                         "resources were already released by a reset)", (int)deviceId);
     if (release) {
         sim_stream_sync_all(deviceId, SIM_NO_DEADLINE);
         sim_event_release_device(deviceId);
@@ -333,6 +341,16 @@ SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
     if (current != NULL && current->device == deviceId && device->set_count == 0)
         t_context = NULL;
     return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtResetDevice(int32_t deviceId)
+{
+    return reset_device(deviceId, false);
+}
+
+SIM_EXPORT aclError aclrtResetDeviceForce(int32_t deviceId)
+{
+    return reset_device(deviceId, true);
 }
 
 SIM_EXPORT aclError aclrtGetDevice(int32_t *deviceId)
