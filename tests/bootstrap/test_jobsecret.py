@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 import numpy as np
 import pytest
@@ -18,20 +18,11 @@ import hcclpy._progress
 from hcclpy import _jobsecret
 from hcclpy.rendezvous import RendezvousError, fetch_root_info, free_port, job_token
 
-from test_bootstrap import LAUNCH_VARIABLES
+from test_bootstrap import clean_env  # noqa: F401,F811 - the fixture: no launcher variables, no world
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::hcclpy.SimulatorFallbackWarning")]
 
 NOBODY = 65534
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    for name in LAUNCH_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    hcclpy.shutdown()
-    yield monkeypatch
-    hcclpy.shutdown()
 
 
 # A stranger: another user of the host, who knows the port and everything launchers make public.

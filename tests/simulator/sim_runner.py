@@ -82,7 +82,7 @@ def run(
     # the programs use devices 0..N-1 and know the default count (8) unless told otherwise
     base = {k: v for k, v in env.items() if k != "HCCLPY_SIM_DEVICES"}
     full_env = {**base, **BASE_ENV, **(extra_env or {})}
-    shm_before = _shm_entries()
+    shm_before = set(ranks.simulator_shm())
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
@@ -103,12 +103,8 @@ def run(
     finally:
         leftovers = _kill_group(proc)  # processes of a finished program that outlived it
     seconds = time.monotonic() - start
-    new_shm = sorted(_shm_entries() - shm_before)
+    new_shm = sorted(set(ranks.simulator_shm()) - shm_before)
     return Result(command, code, out.decode(errors="replace"), seconds, leftovers, new_shm)
-
-
-def _shm_entries() -> set[str]:
-    return set(ranks.simulator_shm())
 
 
 def _kill_group(proc: subprocess.Popen) -> bool:
