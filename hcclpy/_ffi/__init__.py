@@ -11,10 +11,12 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from functools import partial
 from types import SimpleNamespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import cffi
+from _cffi_backend import cast as _cast  # cffi's C module: ffi.cast without its Python layer
 
 from .. import profiles
 from ..errors import AclErrorCode, UnsupportedError, acl_error, hccl_error, LibraryNotFoundError
@@ -140,9 +142,22 @@ def new(ctype: str, init: Any = None) -> Any:
     return ffi.new(ctype, init)
 
 
+# The C types that cast() was asked for, by name: a handful, named in hcclpy's own code. With
+# them, a cast is one C call (ffi.cast looks the name up in Python first: 3 frames more).
+_CAST_TYPES: Dict[str, Any] = {}
+_VOID_P = ffi.typeof("void *")
+
+
 def cast(ctype: str, value: Any) -> Any:
     """``value`` viewed as ``ctype`` (``ffi.cast``)."""
-    return ffi.cast(ctype, value)
+    known = _CAST_TYPES.get(ctype)
+    if known is None:
+        known = _CAST_TYPES[ctype] = ffi.typeof(ctype)
+    return _cast(known, value)
+
+
+pointer: Callable[[int], Any] = partial(_cast, _VOID_P)
+"""An address (int) as a ``void *``: the argument a C function takes for memory."""
 
 
 def address(pointer: Any) -> int:

@@ -119,7 +119,7 @@ def _device_buffer(address: int, count: int, dtype: DataType, device: Optional[i
     if not address and count:
         raise ValueError(f"{argument} points to address 0 (NULL) but holds {count} elements; only an empty "
                          "buffer may be NULL")
-    return _make(_ffi.cast("void *", address), address, count, dtype, device, False, keep, 1, (count,), True, None,
+    return _make(_ffi.pointer(address), address, count, dtype, device, False, keep, 1, (count,), True, None,
                  None, None)
 
 

@@ -31,8 +31,7 @@ _H2D, _D2H = 1, 2  # aclrtMemcpyKind
 class Call:
     """One operation, checked and ready to queue on any stream of its communicator's device."""
 
-    __slots__ = ("comm", "cfunc", "name", "args", "buffers", "roles", "count", "dtype", "detail", "p2p", "result",
-                 "host", "record", "seq")
+    __slots__ = ("comm", "cfunc", "name", "args", "buffers", "roles", "result", "host", "record", "seq")
 
     comm: CommCore
     cfunc: Any                      # the C function
@@ -40,10 +39,6 @@ class Call:
     args: tuple                     # its arguments but the last, the stream
     buffers: Tuple[Buffer, ...]     # every buffer it reads or writes (held while queued work uses them)
     roles: Tuple[int, ...]          # READ and/or WRITE, for each buffer (what staging copies in and out)
-    count: int                      # for the flight recorder: elements,
-    dtype: int                      # HCCL data type,
-    detail: Any                     # reduce op, root or peer, (op, root), or -1
-    p2p: bool                       # numbered with the point-to-point calls, not the collectives
     result: Any                     # what the operation returns
     host: bool                      # its buffers are NumPy arrays: staged through device memory
     record: tuple                   # what the flight recorder keeps of it (see hcclpy._trace)
@@ -53,10 +48,12 @@ class Call:
 def call(comm: CommCore, name: str, args: tuple, buffers: Tuple[Buffer, ...], roles: Tuple[int, ...], count: int,
          dtype: int, detail: Any, result: Any, p2p: bool = False) -> Call:
     """Build the :class:`Call` of an operation whose arguments are checked (a mix of NumPy arrays
-    and device buffers included: see :func:`._rules.same_dtype`)."""
+    and device buffers included: see :func:`._rules.same_dtype`). ``count``, ``dtype`` (HCCL's
+    code) and ``detail`` (reduce op, root or peer, (op, root), or -1) are what the flight recorder
+    shows of it; ``p2p`` numbers it with the point-to-point calls rather than the collectives."""
     c = object.__new__(Call)
-    c.comm, c.cfunc, c.name, c.args, c.buffers, c.roles = comm, getattr(comm._api, name), name, args, buffers, roles
-    c.count, c.dtype, c.detail, c.p2p, c.result = count, dtype, detail, p2p, result
+    c.comm, c.cfunc, c.name, c.args, c.buffers, c.roles, c.result = (comm, getattr(comm._api, name), name, args,
+                                                                     buffers, roles, result)
     c.host = buffers[0].host if buffers else False
     c.record = (comm._trace_info, name, count, dtype, detail)
     c.seq = comm._trace_p2p if p2p else comm._trace_seq

@@ -23,7 +23,7 @@ One meaning on every path:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, overload
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
 
@@ -125,27 +125,6 @@ def _reduces(comm: CommCore, operation: str, buf: Buffer, code: int) -> None:
         rules.aligned(buf, "send")
 
 
-# C arrays by value: count and displacement vectors (uint64_t[]), and the item arrays of batches of
-# device buffers (HcclSendRecvItem[]). Jobs repeat their layouts and batches, and converting a
-# tuple to a C array costs more than the rest of the call; HCCL reads the arrays during the call
-# only. One bound for all: a job that changes its layout every call keeps 256 of each kind.
-_C_ARRAYS: Dict[str, Dict[tuple, Any]] = {"uint64_t[]": {}, "HcclSendRecvItem[]": {}}
-
-
-def _c_array(ctype: str, values: tuple) -> Any:
-    made = _C_ARRAYS[ctype]
-    array = made.get(values)
-    if array is None:
-        if len(made) >= 256:
-            made.clear()
-        array = made[values] = _ffi.new(ctype, values or 1)
-    return array
-
-
-def _vector(values: Tuple[int, ...]) -> Any:
-    return _c_array("uint64_t[]", values)
-
-
 # ------------------------------------------------------------------------------ reductions
 
 def _all_reduce(comm: CommCore, send: Any, recv: Any, op: Any) -> Call:
@@ -230,10 +209,9 @@ def _reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Any, se
     rb = None if recv is None else parse(recv, "recv")
     if send_counts is None:
         raise TypeError("reduce_scatter_v needs send_counts")
-    counts = rules.counts(comm, send_counts, "send_counts", sb.scale)
-    displs = rules.displacements(comm, counts, send_displs, "send_displs", sb.scale)
-    rules.fits(sb, counts, displs, "send", "send_counts" if send_displs is None else "send_counts and send_displs")
-    mine = counts[comm._rank]
+    blocks = rules.layout(comm, send_counts, send_displs, "send_counts", "send_displs", sb.scale)
+    rules.fits(sb, blocks, "send")
+    mine = blocks.counts[comm._rank]
     if rb is None:
         recv = _new(comm, sb, (mine // sb.scale,), "reduce_scatter_v")
         rb = parse(recv, "recv")
@@ -247,7 +225,7 @@ def _reduce_scatter_v(comm: CommCore, send: Any, recv: Any, send_counts: Any, se
     rules.disjoint(sb, rb, "reduce_scatter_v")
     if not rb.writable:
         _writable(rb, "recv", "reduce_scatter_v")
-    return call(comm, "HcclReduceScatterV", (sb.ptr, _vector(counts), _vector(displs), rb.ptr, mine, sb.dtype_c,
+    return call(comm, "HcclReduceScatterV", (sb.ptr, blocks.c_counts, blocks.c_displs, rb.ptr, mine, sb.dtype_c,
                                              code, handle),
                 (sb, rb), (READ, _UNEVEN), mine, sb.dtype_c, code, recv)
 
@@ -294,22 +272,21 @@ def _all_gather_v(comm: CommCore, send: Any, recv: Any, recv_counts: Any, recv_d
     rb = None if recv is None else parse(recv, "recv")
     if recv_counts is None:
         raise TypeError("all_gather_v needs recv_counts")
-    counts = rules.counts(comm, recv_counts, "recv_counts", sb.scale)
-    displs = rules.displacements(comm, counts, recv_displs, "recv_displs", sb.scale)
-    if counts[comm._rank] != sb.count:
-        raise ValueError(f"recv_counts[{comm._rank}] = {counts[comm._rank] // sb.scale} must equal this rank's send "
-                         f"count {sb.count // sb.scale}")
+    blocks = rules.layout(comm, recv_counts, recv_displs, "recv_counts", "recv_displs", sb.scale)
+    if blocks.counts[comm._rank] != sb.count:
+        raise ValueError(f"recv_counts[{comm._rank}] = {blocks.counts[comm._rank] // sb.scale} must equal this rank's "
+                         f"send count {sb.count // sb.scale}")
     if rb is None:  # the elements between blocks read as 0
-        recv = _new(comm, sb, (rules.extent(counts, displs) // sb.scale,), "all_gather_v", recv_displs is not None)
+        recv = _new(comm, sb, (blocks.end // sb.scale,), "all_gather_v", recv_displs is not None)
         rb = parse(recv, "recv")
     rules.pair(comm, sb, rb)
-    rules.fits(rb, counts, displs, "recv", "recv_counts" if recv_displs is None else "recv_counts and recv_displs")
+    rules.fits(rb, blocks, "recv")
     if comm._profile is not None:
         comm._profile.check("all_gather_v", sb.dtype)
     rules.disjoint(sb, rb, "all_gather_v")
     if not rb.writable:
         _writable(rb, "recv", "all_gather_v")
-    return call(comm, "HcclAllGatherV", (sb.ptr, sb.count, rb.ptr, _vector(counts), _vector(displs), sb.dtype_c,
+    return call(comm, "HcclAllGatherV", (sb.ptr, sb.count, rb.ptr, blocks.c_counts, blocks.c_displs, sb.dtype_c,
                                          handle),
                 (sb, rb), (READ, _UNEVEN), sb.count, sb.dtype_c, -1, recv)
 
@@ -385,24 +362,22 @@ def _all_to_all_v(comm: CommCore, send: Any, recv: Any, send_counts: Any, recv_c
     rb = None if recv is None else parse(recv, "recv")
     if send_counts is None or recv_counts is None:
         raise TypeError("all_to_all_v needs send_counts and recv_counts")
-    scounts = rules.counts(comm, send_counts, "send_counts", sb.scale)
-    rcounts = rules.counts(comm, recv_counts, "recv_counts", sb.scale)
-    sdispls = rules.displacements(comm, scounts, send_displs, "send_displs", sb.scale)
-    rdispls = rules.displacements(comm, rcounts, recv_displs, "recv_displs", sb.scale)
-    rules.fits(sb, scounts, sdispls, "send", "send_counts" if send_displs is None else "send_counts and send_displs")
+    sent = rules.layout(comm, send_counts, send_displs, "send_counts", "send_displs", sb.scale)
+    received = rules.layout(comm, recv_counts, recv_displs, "recv_counts", "recv_displs", sb.scale)
+    rules.fits(sb, sent, "send")
     if rb is None:  # the elements between blocks read as 0
-        recv = _new(comm, sb, (rules.extent(rcounts, rdispls) // sb.scale,), "all_to_all_v", recv_displs is not None)
+        recv = _new(comm, sb, (received.end // sb.scale,), "all_to_all_v", recv_displs is not None)
         rb = parse(recv, "recv")
     rules.pair(comm, sb, rb)
-    rules.fits(rb, rcounts, rdispls, "recv", "recv_counts" if recv_displs is None else "recv_counts and recv_displs")
+    rules.fits(rb, received, "recv")
     if comm._profile is not None:
         comm._profile.check("all_to_all_v", sb.dtype)
     rules.disjoint(sb, rb, "all_to_all_v")
     if not rb.writable:
         _writable(rb, "recv", "all_to_all_v")
-    return call(comm, "HcclAlltoAllV", (sb.ptr, _vector(scounts), _vector(sdispls), sb.dtype_c, rb.ptr,
-                                        _vector(rcounts), _vector(rdispls), rb.dtype_c, handle),
-                (sb, rb), (READ, _UNEVEN), sum(scounts), sb.dtype_c, -1, recv)
+    return call(comm, "HcclAlltoAllV", (sb.ptr, sent.c_counts, sent.c_displs, sb.dtype_c, rb.ptr,
+                                        received.c_counts, received.c_displs, rb.dtype_c, handle),
+                (sb, rb), (READ, _UNEVEN), sent.total, sb.dtype_c, -1, recv)
 
 
 def _all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any) -> Call:
@@ -411,27 +386,24 @@ def _all_to_all_vc(comm: CommCore, send: Any, recv: Any, send_count_matrix: Any)
     rb = None if recv is None else parse(recv, "recv")
     if send_count_matrix is None:
         raise TypeError("all_to_all_vc needs send_count_matrix")
-    rows = rules.count_matrix(comm, send_count_matrix, sb.scale)
-    rank = comm._rank
-    sent, received = sum(rows[rank]), sum([row[rank] for row in rows])
-    if sent > sb.count:
-        raise ValueError(f"send holds {sb.count // sb.scale} elements but row {rank} of send_count_matrix sends "
-                         f"{sent // sb.scale}")
+    counts = rules.matrix(comm, send_count_matrix, sb.scale)
+    if counts.sent > sb.count:
+        raise ValueError(f"send holds {sb.count // sb.scale} elements but row {comm._rank} of send_count_matrix "
+                         f"sends {counts.sent // sb.scale}")
     if rb is None:
-        recv = _new(comm, sb, (received // sb.scale,), "all_to_all_vc")
+        recv = _new(comm, sb, (counts.received // sb.scale,), "all_to_all_vc")
         rb = parse(recv, "recv")
     rules.pair(comm, sb, rb)
-    if received > rb.count:
-        raise ValueError(f"recv holds {rb.count // rb.scale} elements but column {rank} of send_count_matrix "
-                         f"delivers {received // sb.scale}")
+    if counts.received > rb.count:
+        raise ValueError(f"recv holds {rb.count // rb.scale} elements but column {comm._rank} of send_count_matrix "
+                         f"delivers {counts.received // sb.scale}")
     if comm._profile is not None:
         comm._profile.check("all_to_all_vc", sb.dtype)
     rules.disjoint(sb, rb, "all_to_all_vc")
     if not rb.writable:
         _writable(rb, "recv", "all_to_all_vc")
-    flat = sum(rows, ())
-    return call(comm, "HcclAlltoAllVC", (sb.ptr, _vector(flat), sb.dtype_c, rb.ptr, rb.dtype_c, handle), (sb, rb),
-                (READ, _UNEVEN), sent, sb.dtype_c, -1, recv)
+    return call(comm, "HcclAlltoAllVC", (sb.ptr, counts.c_flat, sb.dtype_c, rb.ptr, rb.dtype_c, handle), (sb, rb),
+                (READ, _UNEVEN), counts.sent, sb.dtype_c, -1, recv)
 
 
 # ---------------------------------------------------------------------------- point to point
@@ -513,9 +485,13 @@ def _batch_send_recv(comm: CommCore, items: Any) -> Call:
         raise TypeError("batch_send_recv mixes NumPy arrays with device buffers: pass NumPy arrays for every item "
                         "(they are staged through the device), or device buffers for every one")
     _receives_apart([(b.address, b.address + b.count * b.itemsize, role == WRITE) for b, role in zip(buffers, roles)])
-    # NumPy arrays' pointers are new at every call, and would keep the arrays alive in the cache.
-    c_items = _ffi.new("HcclSendRecvItem[]", rows or 1) if buffers and buffers[0].host else \
-        _c_array("HcclSendRecvItem[]", tuple(rows))
+    # (NumPy arrays' pointers are new at every call, and would keep the arrays alive in the cache.)
+    key = None if buffers and buffers[0].host else ("items", tuple(rows))
+    c_items = None if key is None else rules.known(key)
+    if c_items is None:
+        c_items = _ffi.new("HcclSendRecvItem[]", rows or 1)
+        if key is not None:
+            rules.remember(key, c_items)
     return call(comm, "HcclBatchSendRecv", (c_items, len(rows), handle), tuple(buffers), tuple(roles), len(rows), -1,
                 -1, None, p2p=True)
 

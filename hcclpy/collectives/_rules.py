@@ -8,16 +8,19 @@ persistent operations) reaches it through the operation definitions in :mod:`._o
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _ffi
 from .._comm_core import CommCore
 from ..types import ReduceOp, as_reduce_op
 from ._buffers import MAX_COUNT, Buffer
 
 __all__ = ["aligned", "block_of", "count_matrix", "counts", "disjoint", "displacements", "divides", "extent", "fits",
-           "on_device", "overlap", "pair", "peer", "rank", "reduce_op", "same_dtype", "twins"]
+           "known", "layout", "Layout", "matrix", "Matrix", "on_device", "overlap", "pair", "peer", "rank", "reduce_op", "remember",
+           "same_dtype", "twins"]
 
 # Reduce ops as C ints, by member and by lower-case name. Only these key types are looked up:
 # True and 2.0 equal ints the dictionary holds, and as_reduce_op refuses them with its message.
@@ -133,14 +136,76 @@ def extent(block_counts: Sequence[int], displs: Sequence[int]) -> int:
     return end
 
 
-def fits(buf: Buffer, block_counts: Sequence[int], displs: Sequence[int], argument: str, given: str) -> None:
-    """Refuse a buffer smaller than the blocks its counts and displacements (``given``) address."""
-    if max(displs) + max(block_counts) <= buf.count:
-        return  # (the common case, in C calls: no block ends past this bound)
-    needed = extent(block_counts, displs)
-    if needed > buf.count:
-        raise ValueError(f"{argument} holds {buf.count // buf.scale} elements but {given} address "
-                         f"{needed // buf.scale}")
+def fits(buf: Buffer, blocks: Layout, argument: str) -> None:
+    """Refuse a buffer smaller than the blocks of ``blocks`` address."""
+    if blocks.end > buf.count:
+        raise ValueError(f"{argument} holds {buf.count // buf.scale} elements but {blocks.given} address "
+                         f"{blocks.end // buf.scale}")
+
+
+# ------------------------------------------------------------------ layouts, checked once
+# Jobs repeat their block layouts (and batches) call after call, and checking counts and making
+# their C arrays costs more than the rest of an uneven operation. One cache keeps what was checked
+# and made: at most LIMIT entries, emptied when full (a job that changes layout at every call pays
+# the full check, as without a cache). A hit is keyed by the arguments' values; their types are
+# checked again (True and 64.0 equal ints, and are refused).
+LIMIT = 256
+_known: Dict[tuple, Any] = {}
+_INTS = frozenset({int})
+
+
+def known(key: tuple) -> Any:
+    """What :func:`remember` kept under ``key``, or None."""
+    return _known.get(key)
+
+
+def remember(key: tuple, value: Any) -> Any:
+    """Keep ``value`` under ``key`` (see above) and return it."""
+    if len(_known) >= LIMIT:
+        _known.clear()
+    _known[key] = value
+    return value
+
+
+class Layout:
+    """The checked blocks of an uneven operation: counts and displacements in elements (times the
+    dtype's scale), where the last block ends, their sum, and their C arrays for HCCL."""
+
+    __slots__ = ("counts", "displs", "end", "total", "given", "c_counts", "c_displs")
+
+    counts: Tuple[int, ...]
+    displs: Tuple[int, ...]
+    end: int     # the elements the blocks span
+    total: int   # the elements they hold
+    given: str   # the arguments that gave them, for messages
+    c_counts: Any
+    c_displs: Any
+
+
+def layout(comm: CommCore, counts_arg: Any, displs_arg: Any, counts_name: str, displs_name: str,
+           scale: int = 1) -> Layout:
+    """The blocks of ``counts_arg`` elements at ``displs_arg`` (None: packed in rank order), checked
+    for ``comm``: one count and one displacement per rank, non-negative ints within HCCL's bounds."""
+    key = None
+    kind, displs_kind = type(counts_arg), type(displs_arg)
+    if (kind is list or kind is tuple) and (displs_arg is None or displs_kind is list or displs_kind is tuple):
+        values = tuple(counts_arg) if displs_arg is None else tuple(counts_arg) + tuple(displs_arg)
+        key = (counts_name, comm._size, scale, len(counts_arg), values, displs_arg is None)
+        try:
+            found = _known.get(key)
+        except TypeError:  # unhashable values (a list among the counts): refused below
+            found = key = None
+        if found is not None and _INTS.issuperset(map(type, values)):
+            return found
+    made = Layout()
+    made.counts = counts(comm, counts_arg, counts_name, scale)
+    made.displs = displacements(comm, made.counts, displs_arg, displs_name, scale)
+    made.end = extent(made.counts, made.displs)
+    made.total = sum(made.counts)
+    made.given = counts_name if displs_arg is None else f"{counts_name} and {displs_name}"
+    made.c_counts = _ffi.new("uint64_t[]", made.counts)
+    made.c_displs = _ffi.new("uint64_t[]", made.displs)
+    return made if key is None else remember(key, made)
 
 
 def count_matrix(comm: CommCore, matrix: Any, scale: int = 1) -> Tuple[Tuple[int, ...], ...]:
@@ -162,6 +227,41 @@ def count_matrix(comm: CommCore, matrix: Any, scale: int = 1) -> Tuple[Tuple[int
         for i, row in enumerate(rows):
             counts(comm, row, f"send_count_matrix row {i}", scale)
         raise
+
+
+class Matrix:
+    """A checked all_to_all_vc count matrix (times the dtype's scale), seen from one rank: the
+    elements it sends and receives, and the matrix as HCCL's flat C array."""
+
+    __slots__ = ("rows", "sent", "received", "c_flat")
+
+    rows: Tuple[Tuple[int, ...], ...]
+    sent: int
+    received: int
+    c_flat: Any
+
+
+def matrix(comm: CommCore, value: Any, scale: int = 1) -> Matrix:
+    """``value`` as the count matrix of ``comm`` (see :func:`count_matrix`)."""
+    try:
+        rows = tuple(map(tuple, value)) if type(value) is list or type(value) is tuple else None
+    except TypeError:  # rows that are not iterable: refused below
+        rows = None
+    key = None
+    if rows is not None:
+        key = ("send_count_matrix", comm._size, comm._rank, scale, rows)
+        try:
+            found = _known.get(key)
+        except TypeError:  # unhashable values: refused below
+            found = key = None
+        if found is not None and _INTS.issuperset(map(type, chain.from_iterable(rows))):
+            return found
+    made = Matrix()
+    made.rows = count_matrix(comm, value, scale)
+    made.sent = sum(made.rows[comm._rank])
+    made.received = sum([row[comm._rank] for row in made.rows])
+    made.c_flat = _ffi.new("uint64_t[]", sum(made.rows, ()))
+    return made if key is None else remember(key, made)
 
 
 def pair(comm: CommCore, send: Buffer, recv: Buffer) -> None:

@@ -83,13 +83,14 @@ def copy_bytes(dst: int, src: int, nbytes: int, kind: int, stream: Optional[Stre
     when it returns, or queued on ``stream`` (the caller keeps the memory alive until it is done)."""
     if nbytes == 0:
         return
-    bound, cast = _ffi.api(), _ffi.cast
+    pointer = _ffi.pointer
     if stream is None:
-        _ffi.check_acl(bound.aclrtMemcpy(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind),
-                       "aclrtMemcpy")
+        rc = _ffi.api().aclrtMemcpy(pointer(dst), nbytes, pointer(src), nbytes, kind)
+        if rc:
+            raise _ffi.acl_failure(rc, "aclrtMemcpy")
     else:
-        _ffi.check_acl(bound.aclrtMemcpyAsync(cast("void *", dst), nbytes, cast("void *", src), nbytes, kind,
-                                              stream._cdata()), "aclrtMemcpyAsync")
+        _ffi.check_acl(_ffi.api().aclrtMemcpyAsync(pointer(dst), nbytes, pointer(src), nbytes, kind,
+                                                   stream._cdata()), "aclrtMemcpyAsync")
 
 
 def settle(alloc: _Allocation, stream: Optional[Stream] = None) -> None:
@@ -166,7 +167,7 @@ class DeviceArray:
         self._itemsize = dtype.itemsize
         self._size = math.prod(shape)
         # The pointer is cast once here, so passing it to a collective costs nothing per call.
-        self._cptr = _ffi.cast("void *", alloc.ptr + offset) if alloc.ptr else _ffi.NULL
+        self._cptr = _ffi.pointer(alloc.ptr + offset) if alloc.ptr else _ffi.NULL
         # What the operations make of this view, made on its first use by one (a view never
         # changes): their parser fills it, so that a buffer used again costs one attribute read.
         self._spec: Any = None
@@ -389,7 +390,7 @@ class DeviceArray:
         if self.nbytes == 0:
             return
         bound = _ffi.api()
-        ptr = _ffi.cast("void *", self.ptr)
+        ptr = _ffi.pointer(self.ptr)
         settle(self._alloc, stream)
         if stream is None:
             _ffi.check_acl(bound.aclrtMemset(ptr, self.nbytes, 0, self.nbytes), "aclrtMemset")

@@ -59,6 +59,30 @@ def test_what_the_checks_refuse_is_refused_after_a_layout_was_used(comm: hcclpy.
     comm.device.default_stream.synchronize()
 
 
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("equal", [True, 1.0, np.float64(1.0)], ids=["bool", "float", "numpy-float"])
+def test_a_value_equal_to_a_layout_used_before_is_still_refused(comm: hcclpy.Communicator, name: str,
+                                                                equal: Any) -> None:
+    # The checked layouts are remembered by value, and True, 1.0 and numpy's 1.0 equal 1.
+    call: Callable[..., Any] = CALLS[name]
+    send = hcclpy.from_numpy(np.ones(1, "float32"), device=comm.device)
+    recv = hcclpy.zeros(1, "float32", device=comm.device)
+    call(comm, send, recv, [1])
+    with pytest.raises(ValueError, match="non-negative ints?|must be a"):
+        call(comm, send, recv, [equal])
+    call(comm, send, recv, [np.int64(1)])  # a NumPy int is an int
+    assert recv.to_numpy().tolist() == [1.0]
+
+
+@pytest.mark.parametrize("name", sorted(set(CALLS) - {"all_to_all_vc"}))
+def test_counts_and_displacements_are_not_read_as_one_list(comm: hcclpy.Communicator, name: str) -> None:
+    send, recv = _arrays(comm)
+    CALLS[name](comm, send, recv, [N])  # counts [N] and displacements [0] remembered
+    with pytest.raises(ValueError, match="must hold 1 non-negative int"):
+        getattr(comm, name)(send, recv, *{"all_gather_v": ([N, 0], []), "reduce_scatter_v": ([N, 0], [], "sum"),
+                                           "all_to_all_v": ([N, 0], [N, 0], [], [])}[name])
+
+
 @pytest.mark.parametrize("name", sorted(set(CALLS) - {"all_to_all_vc"}))
 def test_a_layout_list_changed_in_place_takes_its_new_values(comm: hcclpy.Communicator, name: str) -> None:
     call: Callable[..., Any] = CALLS[name]
