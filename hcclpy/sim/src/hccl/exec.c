@@ -680,8 +680,33 @@ static int recv_progress(op_task_t *op, uint32_t i)
     return STEP_MOVED;
 }
 
+/* The items of a batch whose peer is the rank itself: the k-th send to itself is copied into the
+ * k-th receive from itself (ops.c check_self_pairs has checked that they pair up), before any
+ * transfer with a peer, as CANN orders them.  Nothing waits: the copies are done at once. */
+static void copy_to_self(op_task_t *op)
+{
+    uint32_t me = op->comm->rank, s = 0, r = 0, n = op->item_count;
+    for (;;) {
+        while (s < n && (op->items[s].remoteRank != me || op->items[s].sendRecvType != HCCL_SEND))
+            s++;
+        while (r < n && (op->items[r].remoteRank != me || op->items[r].sendRecvType != HCCL_RECV))
+            r++;
+        if (s == n || r == n)
+            break;
+        const HcclSendRecvItem *send = &op->items[s], *recv = &op->items[r];
+        uint64_t bytes = send->count * hccl_dtype_size(send->dataType);
+        if (bytes > 0 && send->buf != recv->buf)
+            sim_copy(recv->buf, send->buf, bytes, false);
+        op->item_state[s++] = ITEM_DONE;
+        op->item_state[r++] = ITEM_DONE;
+    }
+    op->self_copied = true;
+}
+
 static int step_p2p(op_task_t *op)
 {
+    if (!op->self_copied)
+        copy_to_self(op);
     for (;;) {
         bool moved = false, done = true;
         for (uint32_t i = 0; i < op->item_count; i++) {

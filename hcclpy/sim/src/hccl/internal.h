@@ -341,6 +341,7 @@ struct op_task {
     bool streaming;         /* large: store around the caches */
     bool tiny;              /* eager, and travels in the progress word's line */
     int phase;
+    bool self_copied;       /* point to point: the batch's items to the rank itself are done */
     int64_t deadline_ns;
     uint64_t *item_seq;
     uint8_t *item_state;

@@ -730,6 +730,8 @@ HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
 
 /* --------------------------------------------------------- point to point */
 
+/* One send or receive, of HcclSend / HcclRecv (index UINT32_MAX) or an HcclBatchSendRecv item.  Only
+ * a batch may name the calling rank itself as the peer (check_self_pairs matches those items). */
 static int check_item(const call_t *call, const HcclSendRecvItem *item, uint32_t index)
 {
     char what[64];
@@ -743,13 +745,66 @@ static int check_item(const call_t *call, const HcclSendRecvItem *item, uint32_t
     if (err == HCCL_SUCCESS)
         err = check_rank(call, item->sendRecvType == HCCL_SEND ? "destination rank" : "source rank",
                          item->remoteRank);
-    if (err == HCCL_SUCCESS && item->remoteRank == call->comm->rank)
-        err = hccl_error(HCCL_E_PARA, "%s: rank %u cannot send to or receive from itself", call->api,
-                         item->remoteRank);
+    /* CANN's HcclSend / HcclRecv parameter checks refuse a peer equal to the own rank with
+     * HCCL_E_NOT_SUPPORT ("destRank cannot be equal to self"); a batch copies such data locally. */
+    if (err == HCCL_SUCCESS && index == UINT32_MAX && item->remoteRank == call->comm->rank)
+        err = hccl_error(HCCL_E_NOT_SUPPORT, "%s: %s %u is the calling rank itself (rank %u of '%s'): %s cannot "
+                         "%s itself; for a local copy, put a send and a receive to rank %u in one HcclBatchSendRecv",
+                         call->api, item->sendRecvType == HCCL_SEND ? "destRank" : "srcRank", item->remoteRank,
+                         call->comm->rank, call->comm->name, call->api,
+                         item->sendRecvType == HCCL_SEND ? "send to" : "receive from", item->remoteRank);
     uint64_t offset;
     if (err == HCCL_SUCCESS && item->count > 0)
         err = check_buffer(call, index == UINT32_MAX ? "buf" : what, item->buf, item->count, item->dataType, &offset);
     return err;
+}
+
+/* The items of a batch whose peer is the calling rank itself pair up as CANN pairs them: the k-th
+ * send to itself with the k-th receive from itself, in item order; each pair is one local copy
+ * (exec.c), of the same count and data type on both sides.  Anything unpaired is refused before
+ * anything runs. */
+static int check_self_pairs(const call_t *call, const HcclSendRecvItem *items, uint32_t count)
+{
+    uint32_t me = call->comm->rank, sends = 0, recvs = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (items[i].remoteRank != me)
+            continue;
+        if (items[i].sendRecvType == HCCL_SEND)
+            sends++;
+        else
+            recvs++;
+    }
+    if (sends == 0 && recvs == 0)
+        return HCCL_SUCCESS;
+    uint32_t s = 0, r = 0;
+    for (uint32_t k = 0; k < SIM_MIN(sends, recvs); k++) {
+        while (items[s].remoteRank != me || items[s].sendRecvType != HCCL_SEND)
+            s++;
+        while (items[r].remoteRank != me || items[r].sendRecvType != HCCL_RECV)
+            r++;
+        const HcclSendRecvItem *send = &items[s], *recv = &items[r];
+        if (send->count != recv->count || send->dataType != recv->dataType)
+            return hccl_error(HCCL_E_PARA, "%s: item %u sends %llu %s to the rank itself (rank %u), but item %u, the "
+                              "receive from itself it pairs with (sends and receives to the own rank pair in item "
+                              "order), takes %llu %s: a send and a receive to the own rank must have the same count "
+                              "and data type", call->api, s, (unsigned long long)send->count,
+                              hccl_dtype_name((uint32_t)send->dataType), me, r, (unsigned long long)recv->count,
+                              hccl_dtype_name((uint32_t)recv->dataType));
+        s++;
+        r++;
+    }
+    if (sends == recvs)
+        return HCCL_SUCCESS;
+    /* The first item left over once the pairs are made. */
+    HcclSendRecvType extra = sends > recvs ? HCCL_SEND : HCCL_RECV;
+    uint32_t i = sends > recvs ? s : r;
+    while (items[i].remoteRank != me || items[i].sendRecvType != extra)
+        i++;
+    return hccl_error(HCCL_E_PARA, "%s: the batch has %u send%s to the rank itself (rank %u) but %u receive%s from "
+                      "itself; item %u, a %s itself, has no matching %s itself: the data a rank sends to itself "
+                      "is copied into the receive from itself that pairs with it (in item order)", call->api, sends,
+                      sends == 1 ? "" : "s", me, recvs, recvs == 1 ? "" : "s", i,
+                      extra == HCCL_SEND ? "send to" : "receive from", extra == HCCL_SEND ? "receive from" : "send to");
 }
 
 static int point_to_point(const call_t *call, const HcclSendRecvItem *items, uint32_t count)
@@ -778,6 +833,9 @@ static int single(HcclComm comm, aclrtStream stream, const char *api, HcclSendRe
     int err = begin(&call, api, kind == HCCL_SEND ? HCCL_CMD_SEND : HCCL_CMD_RECEIVE, comm, stream);
     if (err != HCCL_SUCCESS)
         return err;
+    /* CANN returns at once, before looking at the peer, when there is nothing to move. */
+    if (count == 0 && peer == call.comm->rank)
+        return HCCL_SUCCESS;
     HcclSendRecvItem item = {kind, buf, count, dataType, peer};
     if ((err = check_item(&call, &item, UINT32_MAX)) != HCCL_SUCCESS)
         return err;
@@ -813,5 +871,7 @@ HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t i
     for (uint32_t i = 0; i < itemNum; i++)
         if ((err = check_item(&call, &sendRecvInfo[i], i)) != HCCL_SUCCESS)
             return err;
+    if ((err = check_self_pairs(&call, sendRecvInfo, itemNum)) != HCCL_SUCCESS)
+        return err;
     return point_to_point(&call, sendRecvInfo, itemNum);
 }
