@@ -3,6 +3,7 @@
  *
  * Creating and destroying communicators, querying them, process-wide
  * settings, barrier, group calls, and the inline HcclCommConfigInit.
+ * As CANN's, it includes hccl_res.h (the communicator's resources).
  * Every function returns an HcclResult (0 on success) unless noted.
  */
 #ifndef HCCLPY_SIM_HCCL_COMM_H
@@ -16,6 +17,7 @@
 #include "acl/acl_base.h"
 #include "acl/acl_rt.h" /* aclrtDrvMemHandle */
 #include "hccl_types.h"
+#include "hccl_res.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,12 +40,14 @@ typedef enum {
 /* What HcclConfigGetInfo returns for HCCL_CONFIG_TYPE_OP_EXPANSION_MODE. */
 typedef HcclOpExpansionMode HcclConfigTypeOpExpansionMode;
 
-/* Item queried by HcclConfigGetInfo. */
+/* Item queried by HcclConfigGetInfo, and what `info` receives for it (infoLen bytes). */
 typedef enum {
     HCCL_CONFIG_TYPE_INVALID = -1,
-    HCCL_CONFIG_TYPE_OP_EXPANSION_MODE = 0,
-    HCCL_CONFIG_TYPE_HCCL_ALGO = 1,
-    HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM = 2
+    HCCL_CONFIG_TYPE_OP_EXPANSION_MODE = 0,    /* HcclConfigTypeOpExpansionMode; infoLen == its size */
+    HCCL_CONFIG_TYPE_HCCL_ALGO = 1,            /* char[]; infoLen >= HCCL_COMM_ALGO_MAX_LENGTH */
+    HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM = 2, /* uint32_t; infoLen == 4 */
+    HCCL_CONFIG_TYPE_DETERMINISTIC = 3,        /* uint32_t: 0 or 1 deterministic, 2 strict; infoLen == 4 */
+    HCCL_CONFIG_TYPE_UDI = 4                   /* char[]; infoLen >= UDI_MAX_LENGTH */
 } HcclConfigType;
 
 /* Called by HCCL around the communicator state changes of HcclCommStatePhase. */
@@ -106,6 +110,15 @@ HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *ro
 HCCL_API HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootInfo *rootInfo,
                                                uint32_t rank, const HcclCommConfig *config,
                                                HcclComm *comm);
+
+/* On each root of the scalable bootstrap: that root's token. */
+HCCL_API HcclResult HcclGetRootInfoScalable(HcclRootInfo *rootInfo);
+
+/* Join a communicator of nRanks ranks as rank from the tokens of its nRoot roots (0 < nRoot <=
+ * nRanks; every rank passes the same rootInfoList, in the same order); nExtRoot is reserved (0). */
+HCCL_API HcclResult HcclCommInitRootInfoScalable(uint32_t nRanks, uint32_t nRoot, const HcclRootInfo *rootInfoList,
+                                                 uint32_t rank, uint32_t nExtRoot, const HcclCommConfig *config,
+                                                 HcclComm *comm);
 
 /* Join a communicator described by a rank-table file at path clusterInfo. */
 HCCL_API HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank,

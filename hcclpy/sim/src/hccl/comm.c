@@ -23,10 +23,11 @@
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
-#define SEG_VERSION 4u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension;
-                        * 4: the mapping phase of creation */
+#define SEG_VERSION 5u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension;
+                        * 4: the mapping phase of creation; 5: how the ranks joined (join_kind) */
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define DEFAULT_EXEC_TIMEOUT_S 1836.0
+#define DEFAULT_BUFFSIZE_MB HCCL_COMM_DEFAULT_BUFFSIZE
 
 _Static_assert(sizeof(rootinfo_wire_t) <= HCCL_ROOT_INFO_BYTES, "root info does not fit");
 _Static_assert(sizeof(seg_header_t) <= SEG_HEADER_BYTES, "segment header too large");
@@ -251,14 +252,14 @@ int hccl_get_root_info(rootinfo_wire_t *wire)
     return HCCL_SUCCESS;
 }
 
-HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
+static int get_root_info(HcclRootInfo *rootInfo, const char *api)
 {
     /* Every way into HCCL starts here or at an initialisation: they report an unknown profile. */
-    int err = hccl_profile_get("HcclGetRootInfo", NULL);
+    int err = hccl_profile_get(api, NULL);
     if (err != HCCL_SUCCESS)
         return err;
     if (rootInfo == NULL)
-        return hccl_error(HCCL_E_PTR, "HcclGetRootInfo: rootInfo is NULL");
+        return hccl_error(HCCL_E_PTR, "%s: rootInfo is NULL", api);
     rootinfo_wire_t wire;
     err = hccl_get_root_info(&wire);
     if (err != HCCL_SUCCESS)
@@ -268,6 +269,18 @@ HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
     return HCCL_SUCCESS;
 }
 
+HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
+{
+    return get_root_info(rootInfo, "HcclGetRootInfo");
+}
+
+/* A root of the scalable bootstrap makes a root info like any other: the simulator's ranks need no
+ * groups under their roots (HcclCommInitRootInfoScalable). */
+HCCL_API HcclResult HcclGetRootInfoScalable(HcclRootInfo *rootInfo)
+{
+    return get_root_info(rootInfo, "HcclGetRootInfoScalable");
+}
+
 /* ------------------------------------------------------------ configuration */
 
 typedef struct {
@@ -275,11 +288,38 @@ typedef struct {
     int64_t exec_timeout_ns; /* -1 = not set */
     uint32_t deterministic;  /* HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET = not set */
     uint32_t op_expansion;   /* 0 = default */
+    uint32_t buffer_mb;      /* 0 = not set */
+    char udi[UDI_MAX_LENGTH];
+    char algo[HCCL_COMM_ALGO_MAX_LENGTH];
 } parsed_config_t;
 
 static double exec_timeout_from_env(void)
 {
     return sim_env_seconds("HCCL_EXEC_TIMEOUT", DEFAULT_EXEC_TIMEOUT_S);
+}
+
+/* HCCL_BUFFSIZE: a whole number of MB, at least 1; the default (200) when unset or anything else. */
+static uint32_t buffer_mb_from_env(void)
+{
+    const char *text = getenv("HCCL_BUFFSIZE");
+    if (text == NULL || *text < '0' || *text > '9')
+        return DEFAULT_BUFFSIZE_MB;
+    char *end;
+    errno = 0;
+    unsigned long value = strtoul(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value < 1 || value > UINT32_MAX)
+        return DEFAULT_BUFFSIZE_MB;
+    return (uint32_t)value;
+}
+
+/* Copies a string field of a config, which need not be NUL-terminated within its `len` bytes. */
+static void config_text(char *out, const char *field, size_t len)
+{
+    size_t n = strnlen(field, len);
+    if (n == len)
+        n = len - 1;
+    memcpy(out, field, n);
+    out[n] = '\0';
 }
 
 /* Reads the caller's HcclCommConfig the way the library does: by its size,
@@ -313,6 +353,8 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
             return hccl_error(HCCL_E_PARA, "%s: hcclDeterministic must be 0, 1 or 2, got %u", api,
                               local.hcclDeterministic);
         out->deterministic = local.hcclDeterministic;
+        if (local.hcclBufferSize != HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET)
+            out->buffer_mb = local.hcclBufferSize;
     }
     if (version >= 2 && size > offsetof(HcclCommConfig, hcclCommName)) {
         if (memchr(local.hcclCommName, '\0', sizeof local.hcclCommName) == NULL)
@@ -320,6 +362,10 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
                               sizeof local.hcclCommName);
         snprintf(out->name, sizeof out->name, "%s", local.hcclCommName);
     }
+    if (version >= 3 && size > offsetof(HcclCommConfig, hcclUdi))
+        config_text(out->udi, local.hcclUdi, sizeof local.hcclUdi);
+    if (version >= 8 && size > offsetof(HcclCommConfig, hcclAlgo))
+        config_text(out->algo, local.hcclAlgo, sizeof local.hcclAlgo);
     /* 0 is the default; 1 to 6 name the products' modes (reference §2.7.6), which the simulator
      * accepts and ignores: it expands every operation itself. */
     if (version >= 4 && size > offsetof(HcclCommConfig, hcclOpExpansionMode) && local.hcclOpExpansionMode > 6)
@@ -716,8 +762,26 @@ static uint64_t round_up(uint64_t value, uint64_t to)
 
 /* Sizes the segment for `nranks` (first rank) or checks the size (others).  A rank that cannot
  * agree stops the communicator: the others would only wait for it until HCCL_CONNECT_TIMEOUT. */
-static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32_t rank, int64_t deadline)
+static int agree_on_layout(seg_header_t *header, int fd, uint32_t nranks, uint32_t rank, uint64_t join_kind,
+                           int64_t deadline)
 {
+    /* Every rank joins the same way: all with the one root info, or all with the same
+     * rootInfoList of HcclCommInitRootInfoScalable. */
+    uint64_t kind = 0, mine = join_kind != 0 ? join_kind : HCCL_SIM_JOIN_ROOT_INFO;
+    if (!atomic_compare_exchange_strong(&header->join_kind, &kind, mine) && kind != mine) {
+        int err;
+        if (kind == HCCL_SIM_JOIN_ROOT_INFO || mine == HCCL_SIM_JOIN_ROOT_INFO)
+            err = hccl_error(HCCL_E_PARA, "rank %u joined with %s, but another rank of this communicator joined "
+                             "with %s: all ranks must initialise it the same way", rank,
+                             mine == HCCL_SIM_JOIN_ROOT_INFO ? "one root info" : "HcclCommInitRootInfoScalable",
+                             kind == HCCL_SIM_JOIN_ROOT_INFO ? "one root info" : "HcclCommInitRootInfoScalable");
+        else
+            err = hccl_error(HCCL_E_PARA, "rank %u passed HcclCommInitRootInfoScalable a rootInfoList (or nRoot) that "
+                             "differs from another rank's: all ranks must pass the same root infos in the same "
+                             "order", rank);
+        abort_forming(header, (int32_t)rank, HCCL_E_PARA, "%s", sim_error_text());
+        return err;
+    }
     uint32_t expected = 0;
     if (atomic_compare_exchange_strong(&header->nranks, &expected, nranks)) {
         uint64_t slot = sizeof(slot_head_t) + 8 * slot_vector_words(nranks) +
@@ -864,7 +928,7 @@ static bool cores_oversubscribed(uint32_t local_ranks)
 
 /* A rank's part of creating a communicator; `api` names the call in messages. */
 static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
-                     const HcclCommConfig *config, int device, const char *node, HcclComm *out)
+                     const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out)
 {
     if (nranks == 0 || nranks > HCCL_SIM_MAX_RANKS)
         return hccl_error(HCCL_E_PARA, "%s: nRanks must be in [1, %u], got %u", api, HCCL_SIM_MAX_RANKS, nranks);
@@ -888,7 +952,7 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
     err = open_segment(wire, &fd, &header);
     if (err != HCCL_SUCCESS)
         return err;
-    err = agree_on_layout(header, fd, nranks, rank, deadline);
+    err = agree_on_layout(header, fd, nranks, rank, join_kind, deadline);
     if (err != HCCL_SUCCESS) {
         bool failed = atomic_load(&header->abort_code) != HCCL_SUCCESS;
         munmap(header, SEG_HEADER_BYTES);
@@ -933,6 +997,10 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
         atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed.deterministic
                                                                      : HCCL_COMM_CONFIG_NOT_SET);
     comm->op_expansion = parsed.op_expansion;
+    comm->buffer_mb = parsed.buffer_mb != 0 ? parsed.buffer_mb : buffer_mb_from_env();
+    snprintf(comm->udi, sizeof comm->udi, "%s", parsed.udi);
+    const char *algo_env = getenv("HCCL_ALGO");
+    snprintf(comm->algo, sizeof comm->algo, "%s", parsed.algo[0] != '\0' || algo_env == NULL ? parsed.algo : algo_env);
 
     slot_head_t *slot = comm_slot(comm, rank);
     uint32_t expected = SLOT_FREE;
@@ -1034,8 +1102,8 @@ static int init_root_info(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_
     rootinfo_wire_t wire;
     memcpy(&wire, rootInfo->internal, sizeof wire);
     if (hccl_group_active())
-        return hccl_group_add_init(api, nRanks, &wire, rank, config, device, comm);
-    return comm_init(api, nRanks, &wire, rank, config, device, NULL, comm);
+        return hccl_group_add_init(api, nRanks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, comm);
+    return comm_init(api, nRanks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, NULL, comm);
 }
 
 HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, HcclComm *comm)
@@ -1049,6 +1117,64 @@ HCCL_API HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootIn
     if (config == NULL)
         return hccl_error(HCCL_E_PTR, "HcclCommInitRootInfoConfig: config is NULL");
     return init_root_info(nRanks, rootInfo, rank, config, comm, "HcclCommInitRootInfoConfig");
+}
+
+/* The scalable bootstrap: nRoot roots each made a root info (HcclGetRootInfoScalable), and every
+ * rank passes the same list.  On real HCCL the ranks form nRoot groups, each joining through its
+ * root, and the roots connect to each other; the simulator's ranks all reach one another's memory,
+ * so they all join through the first root info, after checking the whole list, and the ranks
+ * compare the lists they passed (join_kind, agree_on_layout).  No rank joins with the other root
+ * infos: the process that made them releases them. */
+HCCL_API HcclResult HcclCommInitRootInfoScalable(uint32_t nRanks, uint32_t nRoot, const HcclRootInfo *rootInfoList,
+                                                 uint32_t rank, uint32_t nExtRoot, const HcclCommConfig *config,
+                                                 HcclComm *comm)
+{
+    const char *api = "HcclCommInitRootInfoScalable";
+    int err = hccl_profile_get(api, NULL);
+    if (err != HCCL_SUCCESS)
+        return err;
+    if (rootInfoList == NULL || config == NULL || comm == NULL)
+        return hccl_error(HCCL_E_PTR, "%s: %s is NULL", api,
+                          rootInfoList == NULL ? "rootInfoList" : config == NULL ? "config" : "comm");
+    if (nRoot == 0 || nRoot > nRanks)
+        return hccl_error(HCCL_E_PARA, "%s: nRoot must be in [1, nRanks] = [1, %u], got %u", api, nRanks, nRoot);
+    if (nExtRoot != 0)
+        return hccl_error(HCCL_E_PARA, "%s: nExtRoot is reserved and must be 0, got %u", api, nExtRoot);
+    int device;
+    err = current_device(api, &device);
+    if (err != HCCL_SUCCESS)
+        return err;
+    /* FNV-1a over nRoot and the roots' tokens, in list order; never 0 (nobody joined yet) nor
+     * HCCL_SIM_JOIN_ROOT_INFO. */
+    uint64_t digest = 0xcbf29ce484222325ULL;
+    for (int b = 0; b < 4; b++)
+        digest = (digest ^ ((nRoot >> (8 * b)) & 0xff)) * 0x100000001b3ULL;
+    for (uint32_t i = 0; i < nRoot; i++) {
+        const rootinfo_wire_t *wire = (const rootinfo_wire_t *)rootInfoList[i].internal;
+        if (memcmp(wire->magic, ROOTINFO_MAGIC, sizeof wire->magic) != 0)
+            return hccl_error(HCCL_E_PARA, "%s: rootInfoList[%u] was not produced by HcclGetRootInfoScalable of this "
+                              "simulator", api, i);
+        for (uint32_t j = 0; j < i; j++)
+            if (memcmp(((const rootinfo_wire_t *)rootInfoList[j].internal)->token, wire->token, 16) == 0)
+                return hccl_error(HCCL_E_PARA, "%s: rootInfoList[%u] and rootInfoList[%u] are the same root info: "
+                                  "each of the nRoot roots calls HcclGetRootInfoScalable once", api, j, i);
+        for (int b = 0; b < 16; b++)
+            digest = (digest ^ wire->token[b]) * 0x100000001b3ULL;
+    }
+    digest |= 2;
+    rootinfo_wire_t first;
+    memcpy(&first, rootInfoList[0].internal, sizeof first);
+    if (hccl_group_active())
+        err = hccl_group_add_init(api, nRanks, &first, rank, config, digest, device, comm);
+    else
+        err = comm_init(api, nRanks, &first, rank, config, digest, device, NULL, comm);
+    for (uint32_t i = 1; i < nRoot; i++) {
+        rootinfo_wire_t other;
+        memcpy(&other, rootInfoList[i].internal, sizeof other);
+        if (hccl_root_info_pending(&other))
+            close_created(other.token, RETIRED_FORMED);
+    }
+    return err;
 }
 
 static int init_cluster_info(const char *clusterInfo, uint32_t rank, const HcclCommConfig *config, HcclComm *comm,
@@ -1081,7 +1207,7 @@ static int init_cluster_info(const char *clusterInfo, uint32_t rank, const HcclC
     err = hccl_rank_table_rendezvous(&table, rank, &wire, &server);
     if (err != HCCL_SUCCESS)
         return err;
-    err = comm_init(api, table.nranks, &wire, rank, config, device, table.node, comm);
+    err = comm_init(api, table.nranks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, table.node, comm);
     /* Rank 0: every other rank has the root info once the communicator is formed, and none must
      * get it once it has failed; the socket's name is then free for the next attempt. */
     bool lead = server != NULL;
@@ -1118,7 +1244,7 @@ static void *init_job_main(void *arg)
         return NULL;
     }
     job->err = comm_init(job->api, job->nranks, &job->wire, job->rank, job->has_config ? &job->config : NULL,
-                         job->device, NULL, &job->comm);
+                         job->join_kind, job->device, NULL, &job->comm);
     if (job->err != HCCL_SUCCESS)
         snprintf(job->text, sizeof job->text, "%s", sim_error_text());
     /* The device was set only for the initialisation: the communicator keeps the device's memory
@@ -1443,8 +1569,8 @@ static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, 
                 usleep(200);
         }
     }
-    err = comm_init(api, rankNum, &wire, subCommRankId, config, parent->device, comm_slot(parent, parent->rank)->node,
-                    subComm);
+    err = comm_init(api, rankNum, &wire, subCommRankId, config, HCCL_SIM_JOIN_ROOT_INFO, parent->device,
+                    comm_slot(parent, parent->rank)->node, subComm);
     if (subCommRankId == 0) {
         /* The members have what they need (or will not come); a failure before this rank joined
          * is passed on to those that did. */
@@ -1479,6 +1605,21 @@ HCCL_API HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, ui
 
 /* --------------------------------------------------------------- destroy */
 
+/* Frees HcclGetHcclBuffer's memory, unless an aclrtResetDevice has already taken it with the rest
+ * of the device's memory. */
+static void release_hccl_buffer(hccl_comm_t *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    void *buffer = comm->hccl_buffer;
+    uint64_t bytes = comm->hccl_buffer_bytes;
+    comm->hccl_buffer = NULL;
+    pthread_mutex_unlock(&comm->lock);
+    uint64_t offset;
+    char why[8];
+    if (buffer != NULL && sim_device_range(comm->device, buffer, bytes, &offset, why, sizeof why) == 0)
+        aclrtFree(buffer);
+}
+
 HCCL_API HcclResult HcclCommDestroy(HcclComm handle)
 {
     int err = HCCL_SUCCESS;
@@ -1503,6 +1644,8 @@ HCCL_API HcclResult HcclCommDestroy(HcclComm handle)
                           "thread)", handle);
     }
     name_give_back(comm);
+    release_hccl_buffer(comm);
+    hccl_registrations_drop(handle);
     atomic_store(&comm_slot(comm, comm->rank)->state, SLOT_LEFT);
     hccl_wake(comm);
     hccl_comm_unref(comm); /* the lookup's */
@@ -1627,6 +1770,12 @@ HCCL_API HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValu
     return err;
 }
 
+int32_t hccl_comm_config_value(const hccl_comm_t *comm, HcclConfig item)
+{
+    uint32_t own = atomic_load(&comm->config[item]);
+    return own == HCCL_COMM_CONFIG_NOT_SET ? atomic_load(&g_config[item]) : (int32_t)own;
+}
+
 /* Per-communicator items: a value set here (HCCL_DETERMINISTIC also by the communicator's
  * config) wins over the process-wide HcclSetConfig one. */
 HCCL_API HcclResult HcclSetCommConfig(HcclComm handle, HcclConfig config, HcclConfigValue configValue)
@@ -1652,10 +1801,8 @@ HCCL_API HcclResult HcclGetCommConfig(HcclComm handle, HcclConfig config, HcclCo
         err = hccl_error(HCCL_E_PTR, "HcclGetCommConfig: configValue is NULL");
     else
         err = check_item("HcclGetCommConfig", config, NULL);
-    if (err == HCCL_SUCCESS) {
-        uint32_t own = atomic_load(&comm->config[config]);
-        configValue->value = own == HCCL_COMM_CONFIG_NOT_SET ? atomic_load(&g_config[config]) : (int32_t)own;
-    }
+    if (err == HCCL_SUCCESS)
+        configValue->value = hccl_comm_config_value(comm, config);
     hccl_comm_unref(comm);
     return err;
 }

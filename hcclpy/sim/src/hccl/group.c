@@ -49,7 +49,7 @@ int hccl_group_add_op(op_task_t *op)
 }
 
 int hccl_group_add_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
-                        const HcclCommConfig *config, int device, HcclComm *out)
+                        const HcclCommConfig *config, uint64_t join_kind, int device, HcclComm *out)
 {
     if (t_init_count == t_init_capacity) {
         uint32_t capacity = t_init_capacity ? t_init_capacity * 2 : 8;
@@ -71,6 +71,7 @@ int hccl_group_add_init(const char *api, uint32_t nranks, const rootinfo_wire_t 
         memcpy(&job->config, config, (size_t)SIM_MIN(size, (uint64_t)sizeof job->config));
         job->has_config = true;
     }
+    job->join_kind = join_kind;
     job->device = device;
     job->out = out;
     return HCCL_SUCCESS;

@@ -61,6 +61,9 @@ typedef struct {
     rootinfo_wire_t wire;
 } subcomm_entry_t;
 
+/* seg_header_t.join_kind of a communicator made from one root info (0: nobody joined yet). */
+#define HCCL_SIM_JOIN_ROOT_INFO 1u
+
 /* Set in `joined` by a rank that stops a communicator still forming (comm.c abort_forming): the
  * count can then never be read as complete, so no rank takes the communicator as formed. */
 #define SEG_JOIN_ABORTED 0x80000000u
@@ -76,6 +79,10 @@ typedef struct {
     /* Ranks that have mapped every peer's device memory (comm.c wait_for_mapped): a rank reaches a
      * peer's memory through the peer's process, so no rank returns (and may exit) before all have. */
     _Atomic uint32_t mapped;
+    /* How the ranks joined, set by the first (comm.c agree_on_layout): HCCL_SIM_JOIN_ROOT_INFO for
+     * one root info, or a digest of the rootInfoList of HcclCommInitRootInfoScalable; a rank that
+     * joins another way is refused. */
+    _Atomic uint64_t join_kind;
     uint64_t slot_bytes;
     uint64_t total_bytes;
     SIM_ALIGNED _Atomic uint32_t epoch;  /* futex: bumped on publishing while a waiter sleeps */
@@ -192,6 +199,13 @@ typedef struct hccl_comm {
      * its config); HCCL_COMM_CONFIG_NOT_SET: the process-wide HcclSetConfig value. */
     _Atomic uint32_t config[HCCL_CONFIG_RESERVED];
     uint32_t op_expansion;          /* hcclOpExpansionMode of its config (0: default) */
+    uint32_t buffer_mb;             /* hcclBufferSize of its config, else HCCL_BUFFSIZE, else 200 */
+    char udi[UDI_MAX_LENGTH];       /* hcclUdi of its config ("" without one) */
+    char algo[HCCL_COMM_ALGO_MAX_LENGTH]; /* hcclAlgo of its config, else HCCL_ALGO ("" without either) */
+    /* HcclGetHcclBuffer's device memory (manage.c): NULL until its first call, freed by
+     * HcclCommDestroy; set under `lock`. */
+    void *hccl_buffer;
+    uint64_t hccl_buffer_bytes;
     bool oversubscribed;            /* more local ranks than cores: do not spin long */
     _Atomic bool suspended;
 
@@ -243,6 +257,9 @@ const char *hccl_result_name(HcclResult code);
 /* The live communicator of a handle with a reference taken (release it with hccl_comm_unref),
  * or NULL with `err` set: a concurrent HcclCommDestroy cannot free it under the caller. */
 hccl_comm_t *hccl_comm_lookup(HcclComm handle, const char *api, int *err);
+/* The value of HcclSetConfig item `item` (< HCCL_CONFIG_RESERVED) for the communicator: its own
+ * (HcclSetCommConfig, or HCCL_DETERMINISTIC of its config), else the process-wide one. */
+int32_t hccl_comm_config_value(const hccl_comm_t *comm, HcclConfig item);
 void hccl_comm_unref(hccl_comm_t *comm);
 /* The handle of a live communicator of this process named `name`, or NULL: of the ranks this
  * process drives under that name, the one on the calling thread's current device if there is
@@ -272,6 +289,10 @@ bool hccl_root_info_pending(const rootinfo_wire_t *wire);
  * "used": joining it reports the failure. */
 bool hccl_root_info_used(const rootinfo_wire_t *wire, char *why, size_t why_len);
 void hccl_comm_after_fork(void);
+
+/* Forgets every registration (HcclCommRegister, HcclCommSymWinRegister) made with a communicator
+ * handle, when the communicator is destroyed (manage.c). */
+void hccl_registrations_drop(HcclComm handle);
 
 /* Publishes progress and wakes ranks sleeping on the communicator. */
 void hccl_publish(hccl_comm_t *comm, uint64_t progress);
@@ -369,6 +390,7 @@ typedef struct {
     rootinfo_wire_t wire;
     HcclCommConfig config;
     bool has_config;
+    uint64_t join_kind;     /* seg_header_t.join_kind this rank joins with */
     int device;
     bool set_device;
     HcclComm comm;
@@ -383,7 +405,7 @@ int hccl_run_init_jobs(init_job_t *jobs, uint32_t count);
 bool hccl_group_active(void);
 int hccl_group_add_op(op_task_t *op);
 int hccl_group_add_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
-                        const HcclCommConfig *config, int device, HcclComm *out);
+                        const HcclCommConfig *config, uint64_t join_kind, int device, HcclComm *out);
 
 /* ranktable.c */
 

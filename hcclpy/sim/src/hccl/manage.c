@@ -1,10 +1,13 @@
 /* CANN 9.x communicator management the simulator has no data path for: memory registrations and
  * symmetric windows (bookkeeping only: every rank already reaches every peer's device memory),
- * NIC selection, configuration queries, and the virtual-memory range calls it does not emulate. */
+ * NIC selection, configuration queries, the HCCL buffer, the heterogeneous mode, and the
+ * virtual-memory range calls it does not emulate. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hccl/internal.h"
+#include "hccl/hccl_rank_graph.h"
 
 /* ------------------------------------------------------------ registrations
  *
@@ -35,7 +38,18 @@ static registration_t *reg_find(const void *handle, int kind)
     return NULL;
 }
 
-/* Checks what both register calls take and records the registration in *out. */
+/* Whether `comm` has a live HcclCommRegister registration; lock held. */
+static bool has_memory_registration(HcclComm comm)
+{
+    for (registration_t *r = g_regs; r != NULL; r = r->next)
+        if (r->kind == REG_MEMORY && r->comm == comm)
+            return true;
+    return false;
+}
+
+/* Checks what both register calls take and records the registration in *out.  As CANN's
+ * HcclCommRegister, a communicator holds one memory registration at a time, and none once its
+ * HCCL buffer exists (the two are exclusive): HCCL_E_NOT_SUPPORT otherwise. */
 static int reg_add(const char *api, HcclComm handle, void *addr, uint64_t size, uint32_t flag, int kind,
                    void **out)
 {
@@ -43,6 +57,14 @@ static int reg_add(const char *api, HcclComm handle, void *addr, uint64_t size, 
     hccl_comm_t *comm = hccl_comm_lookup(handle, api, &err);
     if (comm == NULL)
         return err;
+    bool has_buffer = false;
+    if (kind == REG_MEMORY) {
+        pthread_mutex_lock(&comm->lock);
+        has_buffer = comm->hccl_buffer != NULL;
+        pthread_mutex_unlock(&comm->lock);
+    }
+    char name[HCCL_SIM_NAME_BYTES];
+    snprintf(name, sizeof name, "%s", comm->name);
     hccl_comm_unref(comm); /* only the handle is kept, checked again when it is used */
     if (addr == NULL || out == NULL)
         return hccl_error(HCCL_E_PTR, "%s: addr and the handle pointer must not be NULL", api);
@@ -51,6 +73,9 @@ static int reg_add(const char *api, HcclComm handle, void *addr, uint64_t size, 
     if ((uintptr_t)addr + size < (uintptr_t)addr)
         return hccl_error(HCCL_E_PARA, "%s: %p + %llu bytes wraps around the address space", api, addr,
                           (unsigned long long)size);
+    if (has_buffer)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: communicator '%s' has its HCCL buffer (HcclGetHcclBuffer), and "
+                          "registered user memory and the HCCL buffer exclude each other", api, name);
     registration_t *reg = calloc(1, sizeof *reg);
     if (reg == NULL)
         return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
@@ -60,11 +85,35 @@ static int reg_add(const char *api, HcclComm handle, void *addr, uint64_t size, 
     reg->size = size;
     reg->flag = flag;
     pthread_mutex_lock(&g_reg_lock);
-    reg->next = g_regs;
-    g_regs = reg;
+    bool taken = kind == REG_MEMORY && has_memory_registration(handle);
+    if (!taken) {
+        reg->next = g_regs;
+        g_regs = reg;
+    }
     pthread_mutex_unlock(&g_reg_lock);
+    if (taken) {
+        free(reg);
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: communicator '%s' already has registered memory: a communicator "
+                          "holds one HcclCommRegister registration at a time (HcclCommDeregister it first)", api,
+                          name);
+    }
     *out = reg;
     return HCCL_SUCCESS;
+}
+
+void hccl_registrations_drop(HcclComm handle)
+{
+    pthread_mutex_lock(&g_reg_lock);
+    for (registration_t **link = &g_regs; *link != NULL;) {
+        registration_t *reg = *link;
+        if (reg->comm == handle) {
+            *link = reg->next;
+            free(reg);
+        } else {
+            link = &reg->next;
+        }
+    }
+    pthread_mutex_unlock(&g_reg_lock);
 }
 
 /* Removes and frees record `handle` of kind `kind`; `comm` (NULL: any) must be the one it was made with. */
@@ -97,6 +146,8 @@ HCCL_API HcclResult HcclCommRegister(HcclComm comm, void *addr, uint64_t size, v
     return reg_add("HcclCommRegister", comm, addr, size, flag, REG_MEMORY, handle);
 }
 
+/* As CANN's: a handle this communicator does not hold (never registered with it, or already
+ * released) is no error, and nothing changes. */
 HCCL_API HcclResult HcclCommDeregister(HcclComm comm, void *handle)
 {
     int err = HCCL_SUCCESS;
@@ -104,7 +155,18 @@ HCCL_API HcclResult HcclCommDeregister(HcclComm comm, void *handle)
     if (c == NULL)
         return err;
     hccl_comm_unref(c);
-    return reg_remove("HcclCommDeregister", comm, handle, REG_MEMORY);
+    if (handle == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclCommDeregister: handle is NULL");
+    pthread_mutex_lock(&g_reg_lock);
+    registration_t **link = &g_regs;
+    while (*link != NULL && !(*link == handle && (*link)->kind == REG_MEMORY && (*link)->comm == comm))
+        link = &(*link)->next;
+    registration_t *reg = *link;
+    if (reg != NULL)
+        *link = reg->next;
+    pthread_mutex_unlock(&g_reg_lock);
+    free(reg);
+    return HCCL_SUCCESS;
 }
 
 /* Nothing travels: every rank already reaches its peers' device memory.  The call checks that the
@@ -132,8 +194,8 @@ HCCL_API HcclResult HcclCommExchangeMem(HcclComm comm, void *windowHandle, uint3
         bool ours = reg != NULL && reg->comm == comm;
         pthread_mutex_unlock(&g_reg_lock);
         if (!ours)
-            err = hccl_error(HCCL_E_PARA, "HcclCommExchangeMem: %p is not a live HcclCommRegister handle of this "
-                             "communicator", windowHandle);
+            err = hccl_error(HCCL_E_NOT_FOUND, "HcclCommExchangeMem: %p is not a live HcclCommRegister handle of "
+                             "this communicator (register the memory with it first)", windowHandle);
     }
     hccl_comm_unref(c);
     return err;
@@ -217,29 +279,127 @@ static HcclOpExpansionMode expansion_mode(uint32_t configured)
     return configured < sizeof modes / sizeof modes[0] ? modes[configured] : HCCL_OP_EXPANSION_MODE_INVALID;
 }
 
+/* Copies `text` into the caller's `len` bytes of `info`, cleared first (as CANN does). */
+static void info_text(void *info, uint32_t len, const char *text)
+{
+    memset(info, 0, len);
+    memcpy(info, text, SIM_MIN(strlen(text), (size_t)len - 1));
+}
+
+/* The rules are CANN's (hcomm docs, HcclConfigGetInfo): an item of fixed size needs infoLen equal
+ * to it, a string item at least its maximum length; a wrong infoLen or an unknown item is
+ * HCCL_E_PARA, and `info` is left untouched on every error. */
 HCCL_API HcclResult HcclConfigGetInfo(HcclComm comm, HcclConfigType cfgType, uint32_t infoLen, void *info)
 {
+    static const struct {
+        const char *name;
+        uint32_t size;  /* the exact infoLen, or the least one for a string (`text`) */
+        bool text;
+    } items[] = {
+        [HCCL_CONFIG_TYPE_OP_EXPANSION_MODE] = {"HCCL_CONFIG_TYPE_OP_EXPANSION_MODE",
+                                                sizeof(HcclConfigTypeOpExpansionMode), false},
+        [HCCL_CONFIG_TYPE_HCCL_ALGO] = {"HCCL_CONFIG_TYPE_HCCL_ALGO", HCCL_COMM_ALGO_MAX_LENGTH, true},
+        [HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM] = {"HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM", sizeof(uint32_t), false},
+        [HCCL_CONFIG_TYPE_DETERMINISTIC] = {"HCCL_CONFIG_TYPE_DETERMINISTIC", sizeof(uint32_t), false},
+        [HCCL_CONFIG_TYPE_UDI] = {"HCCL_CONFIG_TYPE_UDI", UDI_MAX_LENGTH, true},
+    };
     int err = HCCL_SUCCESS;
     hccl_comm_t *c = hccl_comm_lookup(comm, "HcclConfigGetInfo", &err);
     if (c == NULL)
         return err;
     if (info == NULL) {
         err = hccl_error(HCCL_E_PTR, "HcclConfigGetInfo: info is NULL");
-    } else if (cfgType == HCCL_CONFIG_TYPE_OP_EXPANSION_MODE) {
-        HcclConfigTypeOpExpansionMode mode = expansion_mode(c->op_expansion);
-        if (infoLen < sizeof mode)
-            err = hccl_error(HCCL_E_PARA, "HcclConfigGetInfo: HCCL_CONFIG_TYPE_OP_EXPANSION_MODE needs infoLen >= "
-                             "%zu, got %u", sizeof mode, infoLen);
-        else
-            memcpy(info, &mode, sizeof mode);
-    } else if (cfgType == HCCL_CONFIG_TYPE_HCCL_ALGO || cfgType == HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM) {
-        err = hccl_error(HCCL_E_NOT_SUPPORT, "HcclConfigGetInfo: configuration type %d is not emulated by the "
-                         "simulator (only HCCL_CONFIG_TYPE_OP_EXPANSION_MODE is)", (int)cfgType);
+    } else if ((unsigned)cfgType >= sizeof items / sizeof items[0]) {
+        err = hccl_error(HCCL_E_PARA, "HcclConfigGetInfo: unknown configuration type %d (HcclConfigType: 0 to %d)",
+                         (int)cfgType, (int)(sizeof items / sizeof items[0]) - 1);
+    } else if (items[cfgType].text ? infoLen < items[cfgType].size : infoLen != items[cfgType].size) {
+        err = hccl_error(HCCL_E_PARA, "HcclConfigGetInfo: %s needs infoLen %s %u, got %u", items[cfgType].name,
+                         items[cfgType].text ? ">=" : "==", items[cfgType].size, infoLen);
     } else {
-        err = hccl_error(HCCL_E_PARA, "HcclConfigGetInfo: unknown configuration type %d", (int)cfgType);
+        switch (cfgType) {
+        case HCCL_CONFIG_TYPE_OP_EXPANSION_MODE: {
+            HcclConfigTypeOpExpansionMode mode = expansion_mode(c->op_expansion);
+            memcpy(info, &mode, sizeof mode);
+            break;
+        }
+        case HCCL_CONFIG_TYPE_HCCL_ALGO:
+            info_text(info, infoLen, c->algo);
+            break;
+        case HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM: {
+            uint32_t channels = 1; /* the simulator moves each transfer over one channel */
+            memcpy(info, &channels, sizeof channels);
+            break;
+        }
+        case HCCL_CONFIG_TYPE_DETERMINISTIC: {
+            uint32_t level = (uint32_t)hccl_comm_config_value(c, HCCL_DETERMINISTIC);
+            memcpy(info, &level, sizeof level);
+            break;
+        }
+        default: /* HCCL_CONFIG_TYPE_UDI */
+            info_text(info, infoLen, c->udi);
+            break;
+        }
     }
     hccl_comm_unref(c);
     return err;
+}
+
+/* ---------------------------------------------------------- HCCL buffer */
+
+/* As CANN's: the first call makes the buffer, on the communicator's device (the calling thread's
+ * current device must be that one: the simulator allocates it there with aclrtMalloc), and later
+ * calls return the same one.  HcclCommDestroy frees it (comm.c). */
+HCCL_API HcclResult HcclGetHcclBuffer(HcclComm comm, void **buffer, uint64_t *size)
+{
+    if (buffer == NULL || size == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclGetHcclBuffer: %s is NULL", buffer == NULL ? "buffer" : "size");
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *c = hccl_comm_lookup(comm, "HcclGetHcclBuffer", &err);
+    if (c == NULL)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    if (c->hccl_buffer == NULL) {
+        uint64_t bytes = 2 * (uint64_t)c->buffer_mb * (1ULL << 20);
+        int device;
+        if (sim_current_device(&device) != 0) {
+            err = hccl_error(HCCL_E_RUNTIME, "HcclGetHcclBuffer: no current device on this thread: call "
+                             "aclrtSetDevice(%d) first", c->device);
+        } else if (device != c->device) {
+            err = hccl_error(HCCL_E_PARA, "HcclGetHcclBuffer: communicator '%s' is on device %d, but the calling "
+                             "thread's current device is %d: its HCCL buffer is made on its own device (call "
+                             "aclrtSetDevice(%d) first)", c->name, c->device, device, c->device);
+        } else if (aclrtMalloc(&c->hccl_buffer, (size_t)bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) {
+            c->hccl_buffer = NULL;
+            err = hccl_error(HCCL_E_OOM, "HcclGetHcclBuffer: cannot allocate the %llu-byte HCCL buffer of '%s' (twice "
+                             "its buffer size of %u MB: hcclBufferSize in its config, or HCCL_BUFFSIZE): %s",
+                             (unsigned long long)bytes, c->name, c->buffer_mb, sim_error_text());
+        } else {
+            c->hccl_buffer_bytes = bytes;
+        }
+    }
+    if (err == HCCL_SUCCESS) {
+        *buffer = c->hccl_buffer;
+        *size = c->hccl_buffer_bytes;
+    }
+    pthread_mutex_unlock(&c->lock);
+    hccl_comm_unref(c);
+    return err;
+}
+
+/* ------------------------------------------------------ heterogeneous mode */
+
+/* Every simulated rank is the same kind of chip. */
+HCCL_API HcclResult HcclGetHeterogMode(HcclComm comm, HcclHeterogMode *mode)
+{
+    int err = HCCL_SUCCESS;
+    hccl_comm_t *c = hccl_comm_lookup(comm, "HcclGetHeterogMode", &err);
+    if (c == NULL)
+        return err;
+    hccl_comm_unref(c);
+    if (mode == NULL)
+        return hccl_error(HCCL_E_PTR, "HcclGetHeterogMode: mode is NULL");
+    *mode = HCCL_HETEROG_MODE_HOMOGENEOUS;
+    return HCCL_SUCCESS;
 }
 
 /* -------------------------------------------------------- state callbacks */
