@@ -1,8 +1,11 @@
 /*
  * The newer CANN runtime functions, from C: aclrtStreamQuery, aclrtStreamGetId,
  * aclrtLaunchHostFunc, aclrtMemcpy2d(Async), aclDataTypeSize, peer access
- * (aclrtDeviceCanAccessPeer, aclrtDeviceEnable/DisablePeerAccess) and aclrtResetDeviceForce, with
- * the error codes of their bad arguments.
+ * (aclrtDeviceCanAccessPeer, aclrtDeviceEnable/DisablePeerAccess), aclrtResetDeviceForce,
+ * aclrtSetStreamFailureMode with aclrtSetOpWaitTimeout (a wait that times out fails its stream,
+ * which then runs its later work or not), aclrtSetOpExecuteTimeOut, aclrtMallocAlign32,
+ * aclrtPointerGetAttributes and aclrtHostRegister/Unregister, with the error codes of their bad
+ * arguments.
  *
  * usage: runtime_newer      (prints "runtime_newer: N checks OK" and "RESULT: PASS" and exits 0, or
  *                            lists the failures and exits 1)
@@ -226,6 +229,111 @@ static void peer_access(void)
     EXPECT(aclrtDeviceDisablePeerAccess(1) == ACL_ERROR_INVALID_PARAM, "disabling what is not enabled is refused");
 }
 
+/* ---- failure modes and wait timeouts -------------------------------------------------- */
+
+static void set_flag(void *args)
+{
+    atomic_store((atomic_int *)args, 1);
+}
+
+/* A stream whose wait for an event times out (aclrtSetOpWaitTimeout) has failed; the host
+ * function queued after the wait runs in ACL_CONTINUE_ON_FAILURE mode, and does not in
+ * ACL_STOP_ON_FAILURE mode or with no mode set. Returns whether it ran. */
+static int after_a_failed_wait(int64_t mode)
+{
+    aclrtStream waiter = NULL, blocked = NULL;
+    aclrtEvent event = NULL;
+    OK(aclrtCreateStream(&waiter));
+    OK(aclrtCreateStream(&blocked));
+    OK(aclrtCreateEvent(&event));
+    if (mode >= 0)
+        OK(aclrtSetStreamFailureMode(waiter, (uint64_t)mode));
+    host_state *state = NULL;
+    OK(aclrtMallocHost((void **)&state, sizeof *state));
+    memset(state, 0, sizeof *state);
+    atomic_int ran = 0;
+    OK(aclrtLaunchHostFunc(blocked, block_until_released, state));
+    OK(aclrtRecordEvent(event, blocked));
+    /* Running on the stream's worker: a thread that synchronises a stream may run its work itself,
+     * and this thread is the one that releases it. */
+    while (!atomic_load(&state->entered))
+        usleep(1000);
+    OK(aclrtStreamWaitEvent(waiter, event));
+    OK(aclrtLaunchHostFunc(waiter, set_flag, &ran));
+    EXPECT(aclrtSynchronizeStream(waiter) == ACL_ERROR_RT_WAIT_TIMEOUT, "the wait outlasts its timeout");
+    atomic_store(&state->release, 1);
+    OK(aclrtSynchronizeStream(blocked));
+    OK(aclrtDestroyEvent(event));
+    OK(aclrtDestroyStream(blocked));
+    aclrtDestroyStream(waiter); /* (reports the stream's failure again) */
+    OK(aclrtFreeHost(state));
+    return atomic_load(&ran);
+}
+
+static void failure_modes(aclrtStream stream)
+{
+    EXPECT(aclrtSetStreamFailureMode(stream, 2) == ACL_ERROR_INVALID_PARAM, "mode 2 is refused");
+    OK(aclrtSetStreamFailureMode(stream, ACL_STOP_ON_FAILURE));
+    EXPECT(aclrtSetStreamFailureMode(stream, ACL_CONTINUE_ON_FAILURE) == ACL_ERROR_INVALID_PARAM,
+           "the mode is set once per stream");
+    OK(aclrtSetStreamFailureMode(NULL, ACL_STOP_ON_FAILURE)); /* the default stream */
+    OK(aclrtSetOpExecuteTimeOut(30));
+    OK(aclrtSetOpWaitTimeout(1));
+    EXPECT(after_a_failed_wait(ACL_CONTINUE_ON_FAILURE) == 1, "continue: the later work runs");
+    EXPECT(after_a_failed_wait(ACL_STOP_ON_FAILURE) == 0, "stop: the later work does not run");
+    EXPECT(after_a_failed_wait(-1) == 0, "no mode set: the simulator stops");
+    OK(aclrtSetOpWaitTimeout(0));
+}
+
+/* ---- memory attributes and host registration ------------------------------------------- */
+
+static void memory_attributes(void)
+{
+    void *device = NULL, *pinned = NULL;
+    OK(aclrtMallocAlign32(&device, 33, ACL_MEM_MALLOC_HUGE_FIRST));
+    OK(aclrtMemset(device, 64, 7, 64)); /* 33 bytes rounded up to 64 */
+    EXPECT(aclrtMemset(device, 65, 7, 65) == ACL_ERROR_INVALID_PARAM, "no byte past the rounded size");
+    EXPECT(aclrtMallocAlign32(&device, 0, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_ERROR_INVALID_PARAM, "size 0");
+    EXPECT(aclrtMallocAlign32(NULL, 32, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_ERROR_INVALID_PARAM, "NULL devPtr");
+    OK(aclrtMallocHost(&pinned, 100));
+    aclrtPtrAttributes attributes;
+    OK(aclrtPointerGetAttributes((char *)device + 10, &attributes));
+    EXPECT(attributes.location.type == ACL_MEM_LOCATION_TYPE_DEVICE && attributes.location.id == 0 &&
+           attributes.pageSize > 0, "device memory: type %d id %u", (int)attributes.location.type,
+           attributes.location.id);
+    OK(aclrtPointerGetAttributes(pinned, &attributes));
+    EXPECT(attributes.location.type == ACL_MEM_LOCATION_TYPE_HOST, "pinned host memory: type %d",
+           (int)attributes.location.type);
+    static char plain[8192] __attribute__((aligned(4096)));
+    OK(aclrtPointerGetAttributes(plain, &attributes));
+    EXPECT(attributes.location.type == ACL_MEM_LOCATION_TYPE_UNREGISTERED, "other memory: type %d",
+           (int)attributes.location.type);
+    EXPECT(aclrtPointerGetAttributes(NULL, &attributes) == ACL_ERROR_INVALID_PARAM, "NULL ptr");
+    EXPECT(aclrtPointerGetAttributes(plain, NULL) == ACL_ERROR_INVALID_PARAM, "NULL attributes");
+
+    void *mapped = NULL;
+    OK(aclrtHostRegister(plain, 4096, ACL_HOST_REGISTER_MAPPED, &mapped));
+    EXPECT(mapped == plain, "the device reaches host memory at its host address here");
+    OK(aclrtPointerGetAttributes(plain + 100, &attributes));
+    EXPECT(attributes.location.type == ACL_MEM_LOCATION_TYPE_HOST, "registered memory: type %d",
+           (int)attributes.location.type);
+    EXPECT(aclrtHostRegister(plain, 8192, ACL_HOST_REGISTER_MAPPED, &mapped) == ACL_ERROR_INVALID_PARAM,
+           "an overlapping registration");
+    EXPECT(aclrtHostRegister(plain + 1, 100, ACL_HOST_REGISTER_MAPPED, &mapped) == ACL_ERROR_INVALID_PARAM,
+           "an unaligned address");
+    EXPECT(aclrtHostRegister(plain + 4096, 4096, (aclrtHostRegisterType)1, &mapped) == ACL_ERROR_INVALID_PARAM,
+           "an unknown type");
+    EXPECT(aclrtHostRegister(device, 4096, ACL_HOST_REGISTER_MAPPED, &mapped) == ACL_ERROR_INVALID_PARAM,
+           "device memory");
+    OK(aclrtHostRegister(plain + 4096, 4096, ACL_HOST_REGISTER_MAPPED, &mapped)); /* the next page */
+    EXPECT(aclrtHostUnregister(plain + 100) == ACL_ERROR_INVALID_PARAM, "not a registration's start");
+    OK(aclrtHostUnregister(plain));
+    OK(aclrtHostUnregister(plain + 4096));
+    EXPECT(aclrtHostUnregister(plain) == ACL_ERROR_INVALID_PARAM, "unregistered twice");
+    OK(aclrtFree(device));
+    OK(aclrtFreeHost(pinned));
+}
+
 int main(void)
 {
     OK(aclInit(NULL));
@@ -237,6 +345,8 @@ int main(void)
     copies_2d(stream);
     data_type_sizes();
     peer_access();
+    failure_modes(stream);
+    memory_attributes();
     forced_resets();
     OK(aclrtDestroyStream(stream));
     OK(aclrtResetDevice(0));

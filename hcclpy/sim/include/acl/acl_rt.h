@@ -31,6 +31,10 @@
 #define ACL_STREAM_CPU_SCHEDULE    0x00000010U /* scheduled by the host CPU */
 #define ACL_STREAM_DEVICE_USE_ONLY 0x00000020U /* only used from the device */
 
+/* What a stream does after one of its tasks failed (aclrtSetStreamFailureMode). */
+#define ACL_CONTINUE_ON_FAILURE 0x00000000U /* run the later tasks (CANN's default) */
+#define ACL_STOP_ON_FAILURE     0x00000001U /* run no later task (the simulator's default) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,6 +90,31 @@ typedef enum aclrtMemMallocPolicy {
     ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000, /* high-bandwidth memory */
     ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000 /* read-only from user space */
 } aclrtMemMallocPolicy;
+
+/* Where memory is (aclrtPointerGetAttributes). */
+typedef enum aclrtMemLocationType {
+    ACL_MEM_LOCATION_TYPE_HOST = 0,         /* host memory from the runtime (aclrtMallocHost) */
+    ACL_MEM_LOCATION_TYPE_DEVICE = 1,       /* device memory (aclrtMalloc) */
+    ACL_MEM_LOCATION_TYPE_UNREGISTERED = 2, /* memory the runtime did not allocate */
+    ACL_MEM_LOCATION_TYPE_MANAGED = 3,      /* unified virtual memory */
+    ACL_MEM_LOCATION_TYPE_HOST_NUMA = 4     /* host memory of one NUMA node */
+} aclrtMemLocationType;
+
+typedef struct aclrtMemLocation {
+    uint32_t id; /* device id (or NUMA node) */
+    aclrtMemLocationType type;
+} aclrtMemLocation;
+
+typedef struct aclrtPtrAttributes {
+    aclrtMemLocation location;
+    uint32_t pageSize; /* bytes */
+    uint32_t rsv[4];
+} aclrtPtrAttributes;
+
+/* How aclrtHostRegister maps host memory. */
+typedef enum aclrtHostRegisterType {
+    ACL_HOST_REGISTER_MAPPED = 0 /* readable and writable by the device */
+} aclrtHostRegisterType;
 
 /* Memory kind queried by aclrtGetMemInfo. */
 typedef enum aclrtMemAttr {
@@ -262,6 +291,13 @@ ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent
 ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
 /* The id of stream (NULL: the default stream), unique among the process's live streams. */
 ACL_FUNC_VISIBILITY aclError aclrtStreamGetId(aclrtStream stream, int32_t *streamId);
+/* What stream (NULL: the default stream) does after a task failed: ACL_CONTINUE_ON_FAILURE or
+ * ACL_STOP_ON_FAILURE; once per stream. */
+ACL_FUNC_VISIBILITY aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+/* Seconds a task queued by aclrtStreamWaitEvent waits at most (0: no limit, the default). */
+ACL_FUNC_VISIBILITY aclError aclrtSetOpWaitTimeout(uint32_t timeout);
+/* Seconds an operator kernel runs at most (0: the largest). */
+ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
 
 /* ---- events ----------------------------------------------------------- */
 
@@ -294,6 +330,15 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event);
 
 /* Allocate size bytes of device memory. */
 ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+/* aclrtMalloc with size rounded up to a multiple of 32 bytes and nothing more. */
+ACL_FUNC_VISIBILITY aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+/* Where ptr is (host, device, or not the runtime's) and its page size. */
+ACL_FUNC_VISIBILITY aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);
+/* Let the device reach size bytes of host memory at ptr (4 KiB aligned); *devPtr: its device address. */
+ACL_FUNC_VISIBILITY aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
+                                               void **devPtr);
+/* Take that back (ptr: as registered). */
+ACL_FUNC_VISIBILITY aclError aclrtHostUnregister(void *ptr);
 /* Allocate size bytes of pinned host memory. */
 ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
 /* Release device memory. */

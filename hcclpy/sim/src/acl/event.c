@@ -370,12 +370,29 @@ typedef struct {
     sim_task_t base;
     sim_event_t *event;
     target_t target;
+    int64_t give_up_ns; /* aclrtSetOpWaitTimeout's limit, from when the wait began; 0: none */
 } wait_task_t;
+
+/* aclrtSetOpWaitTimeout: seconds a stream's wait for an event lasts at most (0: no limit). */
+static _Atomic uint32_t g_op_wait_timeout_s;
+
+SIM_EXPORT aclError aclrtSetOpWaitTimeout(uint32_t timeout)
+{
+    atomic_store(&g_op_wait_timeout_s, timeout);
+    return ACL_SUCCESS;
+}
 
 static int run_wait(sim_task_t *task, int64_t deadline_ns)
 {
     wait_task_t *wait = (wait_task_t *)task;
-    int rc = wait_for(wait->event, &wait->target, deadline_ns);
+    if (wait->give_up_ns == 0) {
+        uint32_t limit = atomic_load(&g_op_wait_timeout_s);
+        wait->give_up_ns = limit == 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)limit * SIM_NS_PER_S;
+    }
+    int rc = wait_for(wait->event, &wait->target, SIM_MIN(deadline_ns, wait->give_up_ns));
+    if (rc == SIM_TASK_AGAIN && sim_now_ns() >= wait->give_up_ns)
+        return sim_error(ACL_ERROR_RT_WAIT_TIMEOUT, "a wait for an event (aclrtStreamWaitEvent) outlasted the "
+                         "%u s of aclrtSetOpWaitTimeout", (unsigned)atomic_load(&g_op_wait_timeout_s));
     /* The other stream's failure is reported by that stream, not this one. */
     return rc == SIM_TASK_AGAIN ? SIM_TASK_AGAIN : SIM_TASK_DONE;
 }

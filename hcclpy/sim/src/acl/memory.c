@@ -206,14 +206,14 @@ static uint64_t round_up(uint64_t value, uint64_t to)
     return (value + to - 1) / to * to;
 }
 
-static int arena_alloc(sim_arena_t *arena, uint64_t requested, void **out)
+static int arena_alloc(sim_arena_t *arena, uint64_t requested, void **out, const char *api)
 {
     /* Refused before any rounding: sizes near 2^64 would wrap around to small ones and "fit". */
     if (requested > arena->size - ARENA_HEADER)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                         "aclrtMalloc: %llu bytes is more than device %d has (%llu bytes; "
+                         "%s: %llu bytes is more than device %d has (%llu bytes; "
                          "HCCLPY_SIM_DEVICE_MEMORY sets the size)",
-                         (unsigned long long)requested, arena->device,
+                         api, (unsigned long long)requested, arena->device,
                          (unsigned long long)(arena->size - ARENA_HEADER));
     uint64_t align = requested >= (64ULL << 10) ? 4096 : 64;
     uint64_t size = round_up(requested, 64);
@@ -247,9 +247,9 @@ static int arena_alloc(sim_arena_t *arena, uint64_t requested, void **out)
     uint64_t used = arena->used_bytes;
     pthread_mutex_unlock(&arena->lock);
     return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                     "aclrtMalloc: device %d cannot fit %llu bytes (%llu of %llu bytes in use; "
+                     "%s: device %d cannot fit %llu bytes (%llu of %llu bytes in use; "
                      "HCCLPY_SIM_DEVICE_MEMORY sets the size)",
-                     arena->device, (unsigned long long)requested, (unsigned long long)used,
+                     api, arena->device, (unsigned long long)requested, (unsigned long long)used,
                      (unsigned long long)(arena->size - ARENA_HEADER));
 }
 
@@ -545,14 +545,15 @@ static bool valid_policy(aclrtMemMallocPolicy policy)
            (flags & ~(unsigned)(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH)) == 0;
 }
 
-SIM_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+static aclError device_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy, uint64_t usable,
+                              const char *api)
 {
     if (devPtr == NULL)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: devPtr is NULL");
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", api);
     if (size == 0)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size must be greater than 0");
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: size must be greater than 0", api);
     if (!valid_policy(policy))
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: unknown memory policy %d", (int)policy);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: unknown memory policy %d", api, (int)policy);
     sim_context_t *context = sim_current_context();
     if (context == NULL)
         return ACL_ERROR_RT_CONTEXT_NULL;
@@ -560,7 +561,19 @@ SIM_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy
     sim_arena_t *arena = sim_arena_get(context->device, &err);
     if (arena == NULL)
         return err;
-    return arena_alloc(arena, size, devPtr);
+    return arena_alloc(arena, usable, devPtr, api);
+}
+
+SIM_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    return device_malloc(devPtr, size, policy, size, "aclrtMalloc");
+}
+
+SIM_EXPORT aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    /* The usable size is the request rounded up to 32 bytes (a size near 2^64 stays too large). */
+    uint64_t usable = size > UINT64_MAX - 31 ? size : round_up(size, 32);
+    return device_malloc(devPtr, size, policy, usable, "aclrtMallocAlign32");
 }
 
 SIM_EXPORT aclError aclrtFree(void *devPtr)
@@ -754,4 +767,123 @@ void sim_memory_after_fork(void)
         free(p);
     }
     /* Pinned host memory is private copy-on-write memory: still valid. */
+}
+
+/* ------------------------------------------------- attributes, registration */
+
+/* The page size reported for every memory the simulator hands out: its device memory is host
+ * memory shared between processes, in pages of the host's size. */
+#define SIM_PAGE_SIZE 4096u
+
+/* Host ranges registered with aclrtHostRegister, sorted by start. */
+static host_block_t *g_registered;
+static size_t g_registered_count, g_registered_capacity;
+
+static ptrdiff_t registered_find(uintptr_t p) /* the last range starting at or before p; -1: none */
+{
+    ptrdiff_t lo = 0, hi = (ptrdiff_t)g_registered_count - 1, found = -1;
+    while (lo <= hi) {
+        ptrdiff_t mid = (lo + hi) / 2;
+        if (g_registered[mid].start <= p) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+static bool host_registered(const void *ptr)
+{
+    pthread_mutex_lock(&g_host_lock);
+    ptrdiff_t i = registered_find((uintptr_t)ptr);
+    bool inside = i >= 0 && (uintptr_t)ptr - g_registered[i].start < g_registered[i].size;
+    pthread_mutex_unlock(&g_host_lock);
+    return inside;
+}
+
+SIM_EXPORT aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
+{
+    if (ptr == NULL || attributes == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtPointerGetAttributes: %s is NULL",
+                         ptr == NULL ? "ptr" : "attributes");
+    aclrtPtrAttributes found = {{0, ACL_MEM_LOCATION_TYPE_UNREGISTERED}, 0, {0, 0, 0, 0}};
+    sim_arena_t *arena = arena_holding(ptr);
+    uint64_t room = 0;
+    if (arena != NULL && arena_room(arena, ptr, &room, NULL)) {
+        found.location.id = (uint32_t)arena->device;
+        found.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+        found.pageSize = SIM_PAGE_SIZE;
+    } else if (sim_host_pinned(ptr, 1) || host_registered(ptr)) {
+        found.location.type = ACL_MEM_LOCATION_TYPE_HOST;
+        found.pageSize = SIM_PAGE_SIZE;
+    }
+    *attributes = found;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
+{
+    if (ptr == NULL || devPtr == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %s is NULL", ptr == NULL ? "ptr" : "devPtr");
+    if (size == 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: size must be greater than 0");
+    if ((uintptr_t)ptr % SIM_PAGE_SIZE != 0)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: ptr %p is not aligned to a %u-byte page",
+                         ptr, SIM_PAGE_SIZE);
+    if (type != ACL_HOST_REGISTER_MAPPED)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: unknown type %d (ACL_HOST_REGISTER_MAPPED "
+                         "is 0)", (int)type);
+    uintptr_t start = (uintptr_t)ptr;
+    if (size > UINTPTR_MAX - start)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %llu bytes at %p pass the end of the "
+                         "address space", (unsigned long long)size, ptr);
+    if (arena_holding(ptr) != NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %p is device memory, not host memory", ptr);
+    pthread_mutex_lock(&g_host_lock);
+    ptrdiff_t before = registered_find(start + size - 1);
+    if (before >= 0 && g_registered[before].start + g_registered[before].size > start) {
+        uintptr_t other = g_registered[before].start;
+        pthread_mutex_unlock(&g_host_lock);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %llu bytes at %p overlap the range "
+                         "registered at %p", (unsigned long long)size, ptr, (void *)other);
+    }
+    if (g_registered_count == g_registered_capacity) {
+        size_t capacity = g_registered_capacity ? g_registered_capacity * 2 : 16;
+        host_block_t *grown = realloc(g_registered, capacity * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&g_host_lock);
+            return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtHostRegister: out of host memory");
+        }
+        g_registered = grown;
+        g_registered_capacity = capacity;
+    }
+    size_t at = (size_t)(before + 1);
+    memmove(&g_registered[at + 1], &g_registered[at], (g_registered_count - at) * sizeof *g_registered);
+    g_registered[at].start = start;
+    g_registered[at].size = size;
+    g_registered_count++;
+    pthread_mutex_unlock(&g_host_lock);
+    /* The simulated device reaches host memory where the host does: the device address is the
+     * host address. */
+    *devPtr = ptr;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtHostUnregister(void *ptr)
+{
+    if (ptr == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostUnregister: ptr is NULL");
+    pthread_mutex_lock(&g_host_lock);
+    ptrdiff_t i = registered_find((uintptr_t)ptr);
+    if (i < 0 || g_registered[i].start != (uintptr_t)ptr) {
+        pthread_mutex_unlock(&g_host_lock);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostUnregister: %p is not the start of memory registered "
+                         "with aclrtHostRegister (or it was unregistered)", ptr);
+    }
+    memmove(&g_registered[i], &g_registered[i + 1], (g_registered_count - (size_t)i - 1) * sizeof *g_registered);
+    g_registered_count--;
+    pthread_mutex_unlock(&g_host_lock);
+    return ACL_SUCCESS;
 }

@@ -29,6 +29,10 @@
 #define SYNC_SLEEP_SLICE_NS (10 * SIM_NS_PER_MS)
 
 enum { WORKER_AWAKE = 0, WORKER_DEEP = 1 };
+/* A stream runs no task after a failure until aclrtSetStreamFailureMode says otherwise: a job
+ * whose collective failed cannot go on, and running its later collectives would hold it for one
+ * execution timeout each before the failure is reported (CANN's streams continue by default). */
+enum { FAILURE_MODE_UNSET = -1 };
 
 struct sim_stream {
     void *handle;
@@ -56,6 +60,7 @@ struct sim_stream {
     _Atomic int error;
     char error_text[1024];
 
+    _Atomic int failure_mode;       /* aclrtSetStreamFailureMode; FAILURE_MODE_UNSET until then */
     _Atomic uint64_t report_thread; /* aclrtSubscribeReport */
     int32_t id;                     /* aclrtStreamGetId */
 };
@@ -191,7 +196,9 @@ static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, boo
         pthread_mutex_unlock(&stream->lock);
         if (task == NULL)
             break;
-        if (atomic_load(&stream->error) != 0) {
+        int error = atomic_load(&stream->error);
+        if (error != 0 && (error == ACL_ERROR_RT_STREAM_ABORT ||
+                           atomic_load(&stream->failure_mode) != (int)ACL_CONTINUE_ON_FAILURE)) {
             if (task->cancel != NULL) {
                 char why[sizeof stream->error_text];
                 pthread_mutex_lock(&stream->lock); /* record_failure writes the text under it */
@@ -399,6 +406,7 @@ int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_def
     stream->flags = flags;
     stream->refs = 1;
     stream->id = atomic_fetch_add(&g_next_stream_id, 1);
+    atomic_store(&stream->failure_mode, FAILURE_MODE_UNSET);
     pthread_mutex_init(&stream->lock, NULL);
     stream->handle = sim_handle_new(SIM_KIND_STREAM, stream);
     if (stream->handle == NULL) {
@@ -645,6 +653,33 @@ SIM_EXPORT aclError aclrtStreamGetId(aclrtStream handle, int32_t *streamId)
         return err;
     *streamId = stream->id;
     sim_stream_unref(stream);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtSetStreamFailureMode(aclrtStream handle, uint64_t mode)
+{
+    if (mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSetStreamFailureMode: mode %llu is neither "
+                         "ACL_CONTINUE_ON_FAILURE (0) nor ACL_STOP_ON_FAILURE (1)", (unsigned long long)mode);
+    int err = ACL_SUCCESS;
+    sim_stream_t *stream = sim_stream_acquire(handle, &err);
+    if (stream == NULL)
+        return err;
+    int unset = FAILURE_MODE_UNSET;
+    if (!atomic_compare_exchange_strong(&stream->failure_mode, &unset, (int)mode))
+        err = sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSetStreamFailureMode: the mode of stream %d was set "
+                        "already (once per stream)", (int)stream->id);
+    sim_stream_unref(stream);
+    return err;
+}
+
+/* aclrtSetOpExecuteTimeOut: bounds operator kernels (AI Core, AI CPU), which the simulator does
+ * not run; the value is checked and kept, and HCCL's operations keep HCCL_EXEC_TIMEOUT. */
+static _Atomic uint32_t g_op_execute_timeout_s;
+
+SIM_EXPORT aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
+{
+    atomic_store(&g_op_execute_timeout_s, timeout);
     return ACL_SUCCESS;
 }
 
