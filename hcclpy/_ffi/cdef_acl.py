@@ -107,6 +107,17 @@ aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
 aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                             aclrtMemcpyKind kind, aclrtStream stream);
 size_t aclDataTypeSize(int dataType);
+aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+
+typedef struct aclrtMemLocation { uint32_t id; int type; } aclrtMemLocation;
+typedef struct aclrtPtrAttributes { aclrtMemLocation location; uint32_t pageSize; uint32_t rsv[4]; } aclrtPtrAttributes;
+aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);
+aclError aclrtHostRegister(void *ptr, uint64_t size, int type, void **devPtr);
+aclError aclrtHostUnregister(void *ptr);
+
+aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
+aclError aclrtSetOpWaitTimeout(uint32_t timeout);
+aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
 
 aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
                              aclrtStream stream);
@@ -138,4 +149,6 @@ OPTIONAL = (
     # CANN 8.x
     "aclrtStreamQuery", "aclrtStreamGetId", "aclrtLaunchHostFunc", "aclrtMemcpy2d", "aclrtMemcpy2dAsync",
     "aclDataTypeSize", "aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess",
+    "aclrtMallocAlign32", "aclrtPointerGetAttributes", "aclrtHostRegister", "aclrtHostUnregister",
+    "aclrtSetStreamFailureMode", "aclrtSetOpWaitTimeout", "aclrtSetOpExecuteTimeOut",
 )

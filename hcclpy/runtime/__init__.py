@@ -2,8 +2,11 @@
 
 from ._device import Device, DeviceLike, device_count
 from ._event import Event
-from ._memory import DeviceArray, ShapeLike, empty, from_numpy, pinned_empty, zeros
+from ._memory import (DeviceArray, HostRegistration, PointerAttributes, ShapeLike, empty, from_numpy, pinned_empty,
+                      pointer_attributes, register_host, zeros)
+from ._settings import set_op_execute_timeout, set_op_wait_timeout
 from ._stream import Stream
 
-__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "ShapeLike", "Stream", "device_count", "empty",
-           "from_numpy", "pinned_empty", "zeros"]
+__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "HostRegistration", "PointerAttributes", "ShapeLike",
+           "Stream", "device_count", "empty", "from_numpy", "pinned_empty", "pointer_attributes", "register_host",
+           "set_op_execute_timeout", "set_op_wait_timeout", "zeros"]

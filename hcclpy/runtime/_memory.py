@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import _ffi
+from ..errors import UnsupportedError
 from ..types import DataType, as_datatype, numpy_dtype
 from ._device import Device, DeviceLike, check_visible
 from ._lifetime import CLOSES, attach, close_now
@@ -478,3 +479,142 @@ def pinned_empty(shape: ShapeLike, dtype: Any = "float32") -> np.ndarray:
     _ffi.check_acl(bound.aclrtMallocHost(out, nbytes), "aclrtMallocHost")
     owner = _ffi.gc(out[0], bound.aclrtFreeHost)
     return np.frombuffer(_ffi.buffer(owner, nbytes), dtype=np_dtype, count=math.prod(dims)).reshape(dims)
+
+
+# ------------------------------------------------------------------ attributes and registration
+
+_LOCATIONS = {0: "host", 1: "device", 2: "unregistered", 3: "managed", 4: "host_numa"}  # aclrtMemLocationType
+_PAGE = 4096  # bytes: aclrtHostRegister takes whole pages
+
+
+class PointerAttributes(NamedTuple):
+    """Where memory is, as :func:`pointer_attributes` reports it."""
+
+    location: str
+    """``"device"`` (aclrtMalloc), ``"host"`` (aclrtMallocHost or registered), ``"unregistered"``
+    (memory the runtime did not allocate), ``"managed"`` or ``"host_numa"``."""
+    id: int
+    """The device id for device memory (the NUMA node for ``"host_numa"``); 0 otherwise."""
+    page_size: int
+    """The page size of the memory in bytes; 0 for memory the runtime does not know."""
+
+
+def _address_of(memory: Any, argument: str) -> int:
+    if isinstance(memory, DeviceArray):
+        return memory.ptr
+    if isinstance(memory, np.ndarray):
+        return int(memory.__array_interface__["data"][0])
+    if isinstance(memory, int) and not isinstance(memory, bool) and memory > 0:
+        return memory
+    raise TypeError(f"{argument} must be a DeviceArray, a NumPy array or an address (a positive int), "
+                    f"got {memory!r}")
+
+
+def pointer_attributes(memory: Union[DeviceArray, np.ndarray, int]) -> PointerAttributes:
+    """Where ``memory`` (a :class:`DeviceArray`, a NumPy array or an address) is and its page size
+    (``aclrtPointerGetAttributes``).
+
+    Raises
+    ------
+    TypeError
+        ``memory`` is none of those.
+    UnsupportedError
+        On a CANN without ``aclrtPointerGetAttributes``.
+    """
+    address = _address_of(memory, "memory")
+    bound = _ffi.api()
+    if not bound.present.get("aclrtPointerGetAttributes"):
+        raise UnsupportedError("aclrtPointerGetAttributes is not in the loaded CANN")
+    found = _ffi.new("aclrtPtrAttributes *")
+    _ffi.check_acl(bound.aclrtPointerGetAttributes(_ffi.pointer(address), found), "aclrtPointerGetAttributes")
+    kind = int(found.location.type)
+    return PointerAttributes(_LOCATIONS.get(kind, f"unknown ({kind})"), int(found.location.id),
+                             int(found.pageSize))
+
+
+class HostRegistration:
+    """A NumPy array the device can reach, registered with ``aclrtHostRegister`` until
+    :meth:`close` (or the end of a ``with`` block); made by :func:`register_host`. It keeps the
+    array alive while registered."""
+
+    __slots__ = ("_array", "_address", "_device_address")
+
+    def __init__(self, array: np.ndarray, address: int, device_address: int) -> None:
+        self._array: Optional[np.ndarray] = array
+        self._address = address
+        self._device_address = device_address
+
+    @property
+    def array(self) -> np.ndarray:
+        """The registered array."""
+        if self._array is None:
+            raise ValueError("the host registration is closed")
+        return self._array
+
+    @property
+    def device_address(self) -> int:
+        """The address at which the device reaches the array."""
+        if self._array is None:
+            raise ValueError("the host registration is closed")
+        return self._device_address
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._array is None
+
+    def close(self) -> None:
+        """Unregister the array (``aclrtHostUnregister``). Idempotent."""
+        if self._array is None:
+            return
+        self._array = None
+        _ffi.check_acl(_ffi.api().aclrtHostUnregister(_ffi.pointer(self._address)), "aclrtHostUnregister")
+
+    def __enter__(self) -> HostRegistration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._array is None:
+            return "<hcclpy.HostRegistration closed>"
+        return f"<hcclpy.HostRegistration {self._array.nbytes} bytes at 0x{self._address:x}>"
+
+
+def register_host(array: np.ndarray) -> HostRegistration:
+    """Let the device reach ``array``'s memory (``aclrtHostRegister``, mapped): a writable,
+    C-contiguous NumPy array that starts on a 4 KiB page, such as one from :func:`pinned_empty`.
+
+    Examples
+    --------
+    >>> host = hcclpy.pinned_empty(1024, "float32")
+    >>> with hcclpy.register_host(host) as registered:
+    ...     print(hex(registered.device_address))
+
+    Raises
+    ------
+    TypeError
+        ``array`` is not a NumPy array.
+    ValueError
+        It is empty, read-only, not C-contiguous or not page-aligned.
+    AclError
+        It overlaps memory registered already.
+    UnsupportedError
+        On a CANN without ``aclrtHostRegister``.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"array must be a numpy.ndarray, got {type(array).__name__}")
+    address = int(array.__array_interface__["data"][0])
+    if array.nbytes == 0 or not array.flags.writeable or not array.flags.c_contiguous or address % _PAGE:
+        why = ("is empty" if array.nbytes == 0 else "is read-only" if not array.flags.writeable
+               else "is not C-contiguous" if not array.flags.c_contiguous
+               else f"starts at 0x{address:x}, not on a {_PAGE}-byte page")
+        raise ValueError(f"array {why}; register_host takes a non-empty, writable, C-contiguous array that starts "
+                         "on a page, such as one from hcclpy.pinned_empty()")
+    bound = _ffi.api()
+    if not bound.present.get("aclrtHostRegister"):
+        raise UnsupportedError("aclrtHostRegister is not in the loaded CANN")
+    mapped = _ffi.new("void **")
+    _ffi.check_acl(bound.aclrtHostRegister(_ffi.pointer(address), array.nbytes, 0, mapped), "aclrtHostRegister")
+    return HostRegistration(array, address, _ffi.address(mapped[0]))

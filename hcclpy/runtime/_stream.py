@@ -21,6 +21,7 @@ __all__ = ["Stream"]
 HOLD_CHECK = 1024  # beyond this many held buffers, check whether the stream has drained
 _now = _trace.now
 _STREAM_COMPLETE = 0  # ACL_STREAM_STATUS_COMPLETE
+_FAILURE_MODES = {"continue": 0, "stop": 1}  # ACL_CONTINUE_ON_FAILURE, ACL_STOP_ON_FAILURE
 _SYNC_TIMEOUT = int(AclErrorCode.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)  # a timed wait's code when the work is not done
 
 
@@ -454,6 +455,31 @@ class Stream:
         value = _ffi.new("int32_t *")
         _ffi.check_acl(bound.aclrtStreamGetId(self._cdata(), value), "aclrtStreamGetId")
         return int(value[0])
+
+    def set_failure_mode(self, mode: str) -> None:
+        """What this stream does with its later work once a task on it failed
+        (``aclrtSetStreamFailureMode``; once per stream): ``"continue"`` runs it (CANN's default),
+        ``"stop"`` runs none of it. Either way the failure is raised by the next
+        :meth:`synchronize`. (The simulator's streams stop unless told to continue: see the docs'
+        C-programs page.)
+
+        Raises
+        ------
+        ValueError
+            ``mode`` is neither ``"continue"`` nor ``"stop"``.
+        AclError
+            The mode of this stream was set already.
+        UnsupportedError
+            On a CANN without ``aclrtSetStreamFailureMode``.
+        """
+        code = _FAILURE_MODES.get(mode) if isinstance(mode, str) else None
+        if code is None:
+            raise ValueError(f"mode={mode!r} must be 'continue' or 'stop'")
+        bound = _ffi.api()
+        if not bound.present.get("aclrtSetStreamFailureMode"):
+            raise UnsupportedError("Stream.set_failure_mode needs aclrtSetStreamFailureMode (CANN 8.x), which this "
+                                   "CANN does not provide")
+        _ffi.check_acl(bound.aclrtSetStreamFailureMode(self._cdata(), code), "aclrtSetStreamFailureMode")
 
     def launch_host_func(self, fn: Callable[[], Any]) -> None:
         """Queue ``fn()`` (a Python callable taking no argument) on this stream: it runs once the

@@ -109,3 +109,95 @@ def test_peer_access_between_two_devices() -> None:
         first.disable_peer_access(second)
     with pytest.raises(ValueError, match="peer=0 is this device"):
         first.can_access_peer(0)
+
+
+# ---------------------------------------------------------------- failure modes and op timeouts
+
+def _later_work_after_a_failed_wait(mode: Any) -> List[str]:
+    """Fail a stream with a wait for an event that outlasts set_op_wait_timeout, then return
+    what its host function queued after the wait did."""
+    device = hcclpy.Device(0)
+    with device.create_stream() as blocked, device.create_stream() as waiter:
+        if mode is not None:
+            waiter.set_failure_mode(mode)
+        gate, entered, ran = threading.Event(), threading.Event(), []
+        blocked.launch_host_func(lambda: (entered.set(), gate.wait(30)))
+        # Running on the stream's worker: a thread that synchronises a stream may run its work.
+        assert entered.wait(10)
+        event = blocked.record()
+        hcclpy.set_op_wait_timeout(1)
+        try:
+            waiter.wait_event(event)
+            waiter.launch_host_func(lambda: ran.append("after the wait"))
+            with pytest.raises(hcclpy.AclError, match="aclrtSetOpWaitTimeout"):
+                waiter.synchronize()
+        finally:
+            hcclpy.set_op_wait_timeout(0)
+            gate.set()
+        blocked.synchronize()
+        event.close()
+        with pytest.raises(hcclpy.AclError):  # the failure stays with the stream
+            waiter.synchronize()
+        return ran
+
+
+@pytest.mark.parametrize("mode, runs", [("continue", True), ("stop", False), (None, False)])
+def test_a_failed_stream_runs_its_later_work_in_continue_mode_only(mode: Any, runs: bool) -> None:
+    assert _later_work_after_a_failed_wait(mode) == (["after the wait"] if runs else [])
+
+
+def test_failure_modes_and_timeouts_refuse_bad_values() -> None:
+    with hcclpy.Device(0).create_stream() as stream:
+        for bad in ("Stop", 1, None):
+            with pytest.raises(ValueError, match=r"must be 'continue' or 'stop'"):
+                stream.set_failure_mode(bad)  # type: ignore[arg-type]
+        stream.set_failure_mode("stop")
+        with pytest.raises(hcclpy.AclError, match="once per stream"):
+            stream.set_failure_mode("continue")
+    for setter in (hcclpy.set_op_wait_timeout, hcclpy.set_op_execute_timeout):
+        for bad in (-1, 2**32, 1.5, True, "10"):
+            with pytest.raises(ValueError, match="whole number of seconds from 0 to 4294967295"):
+                setter(bad)  # type: ignore[arg-type]
+    hcclpy.set_op_execute_timeout(30)
+    hcclpy.set_op_execute_timeout(0)
+
+
+# ---------------------------------------------------------------- pointer attributes, host registration
+
+def test_pointer_attributes_tell_where_memory_is() -> None:
+    on_device = hcclpy.zeros(16, "float32", device=1)
+    found = hcclpy.pointer_attributes(on_device)
+    assert (found.location, found.id) == ("device", 1) and found.page_size > 0
+    assert hcclpy.pointer_attributes(on_device.ptr + 8).location == "device"
+    assert hcclpy.pointer_attributes(hcclpy.pinned_empty(16)).location == "host"
+    assert hcclpy.pointer_attributes(np.zeros(16)) == hcclpy.PointerAttributes("unregistered", 0, 0)
+    for bad in (None, 0, -5, True, "0x10"):
+        with pytest.raises(TypeError, match="must be a DeviceArray, a NumPy array or an address"):
+            hcclpy.pointer_attributes(bad)  # type: ignore[arg-type]
+
+
+def test_host_registration_lets_the_device_reach_host_memory() -> None:
+    host = hcclpy.pinned_empty(4096, "uint8")  # one page, page-aligned
+    plain = np.zeros(1 << 16, np.uint8)
+    aligned = plain[-plain.__array_interface__["data"][0] % 4096:][:8192]
+    with hcclpy.register_host(aligned) as registered:
+        assert registered.device_address != 0 and registered.array is aligned
+        assert hcclpy.pointer_attributes(aligned[100:]).location == "host"
+        with pytest.raises(hcclpy.AclError, match="overlap"):
+            hcclpy.register_host(aligned[4096:])
+    assert registered.closed and "closed" in repr(registered)
+    registered.close()  # idempotent
+    assert hcclpy.pointer_attributes(aligned).location == "unregistered"
+    with pytest.raises(ValueError, match="the host registration is closed"):
+        registered.device_address
+    hcclpy.register_host(host).close()
+    for bad, why in ((aligned[1:], "not on a 4096-byte page"), (aligned[:0], "is empty"),
+                     (aligned[::2], "not C-contiguous")):
+        with pytest.raises(ValueError, match=why):
+            hcclpy.register_host(bad)
+    read_only = aligned.view()
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        hcclpy.register_host(read_only)
+    with pytest.raises(TypeError, match="must be a numpy.ndarray"):
+        hcclpy.register_host([1, 2])  # type: ignore[arg-type]
