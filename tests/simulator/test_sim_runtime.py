@@ -275,9 +275,21 @@ def test_acl_finalize_reference(compile_c, sim_env, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_newer_runtime_functions(compile_c, sim_env):
-    # aclrtStreamQuery, aclrtStreamGetId, aclrtLaunchHostFunc, aclrtMemcpy2d(Async) and
-    # aclDataTypeSize: results, stream order, and the codes of bad arguments (c/runtime_newer.c).
+    # The newer runtime functions of c/runtime_newer.c (stream queries and ids, host functions,
+    # 2-D copies, data type sizes, peer access, failure modes, op timeouts, pointer attributes,
+    # host registration): results, stream order, and the codes of bad arguments.
     binary = compile_c([runner.C_DIR / "runtime_newer.c"], "runtime_newer")
     result = runner.run(binary, [], sim_env, timeout=90)
     runner.check(result)
     assert re.search(r"runtime_newer: \d+ checks OK", result.output), result.output
+
+
+@pytest.mark.timeout(120)
+def test_device_memory_shared_between_processes(compile_c, sim_env):
+    # c/ipc_memory.c: an exporter and two importer processes share device memory through IPC keys:
+    # process-id checks, reads and writes seen on both sides, freeing refused while a live process
+    # imports, keys closed and memory freed in either order, a dead importer holding nothing.
+    binary = compile_c([runner.C_DIR / "ipc_memory.c"], "ipc_memory")
+    result = runner.run(binary, [], sim_env, timeout=90)
+    runner.check(result)
+    assert re.search(r"ipc_memory: \d+ checks OK", result.output), result.output

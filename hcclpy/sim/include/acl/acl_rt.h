@@ -339,6 +339,25 @@ ACL_FUNC_VISIBILITY aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHo
                                                void **devPtr);
 /* Take that back (ptr: as registered). */
 ACL_FUNC_VISIBILITY aclError aclrtHostUnregister(void *ptr);
+/* ---- device memory shared between processes ---------------------------- */
+
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT                0x0UL /* only the processes set by ...SetImportPid */
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL /* any process */
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT                0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS     0x1UL
+
+/* The id of this process, as the IPC functions take it. */
+ACL_FUNC_VISIBILITY aclError aclrtDeviceGetBareTgid(int32_t *pid);
+/* A key (len >= 65 bytes) through which other processes import size bytes of device memory at devPtr. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len,
+                                                     uint64_t flags);
+/* Let the num processes in pid import key (exported with ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT). */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
+/* Map the memory of another process's key; *devPtr: where it is in this process. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+/* Close key: in an importer, let go of the memory; in the exporter, allow no more imports. */
+ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+
 /* Allocate size bytes of pinned host memory. */
 ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
 /* Release device memory. */

@@ -462,6 +462,7 @@ void sim_runtime_after_fork(void)
     sim_stream_after_fork();
     sim_event_after_fork();
     sim_memory_after_fork();
+    sim_ipc_after_fork();
 }
 
 /* ------------------------------------------------------------------ peer access */

@@ -285,6 +285,19 @@ static bool arena_free(sim_arena_t *arena, const void *ptr)
     return true;
 }
 
+/* Whether `ptr` is the start of a live allocation, of `*size` bytes as requested. */
+static bool arena_block_at(sim_arena_t *arena, const void *ptr, uint64_t *size)
+{
+    uint64_t offset = (uint64_t)((const char *)ptr - arena->base);
+    pthread_mutex_lock(&arena->lock);
+    ptrdiff_t i = list_find(&arena->used, offset);
+    bool found = i >= 0 && arena->used.items[i].offset == offset;
+    if (found)
+        *size = arena->used.items[i].requested;
+    pthread_mutex_unlock(&arena->lock);
+    return found;
+}
+
 static bool arena_contains(const sim_arena_t *arena, const void *ptr)
 {
     return arena != NULL && (const char *)ptr >= arena->base && (const char *)ptr < arena->base + arena->size;
@@ -337,6 +350,10 @@ int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offs
         int other = sim_pointer_device(ptr, &ignored);
         if (other >= 0)
             snprintf(why, why_len, "%p is memory of device %d, not of device %d", ptr, other, device);
+        else if (sim_ipc_imported(ptr, &ignored) >= 0)
+            snprintf(why, why_len, "%p is memory imported from another process (aclrtIpcMemImportByKey), which "
+                     "copies and memsets take but HCCL operations do not: they take this process's own device "
+                     "memory", ptr);
         else
             snprintf(why, why_len, "%p is not device memory from aclrtMalloc", ptr);
         return 1;
@@ -581,6 +598,12 @@ SIM_EXPORT aclError aclrtFree(void *devPtr)
     if (devPtr == NULL)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is NULL");
     sim_arena_t *arena = arena_holding(devPtr);
+    uint64_t size = 0;
+    if (arena != NULL && arena_block_at(arena, devPtr, &size)) {
+        int err = sim_ipc_before_free(devPtr, size);
+        if (err != ACL_SUCCESS)
+            return err;
+    }
     if (arena != NULL && arena_free(arena, devPtr))
         return ACL_SUCCESS;
     return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p was not returned by aclrtMalloc (or was already freed)",
@@ -619,6 +642,8 @@ static int check_side(const char *api, const char *what, const void *ptr, uint64
 {
     uint64_t room = 0;
     int device = sim_pointer_device(ptr, &room);
+    if (device < 0)
+        device = sim_ipc_imported(ptr, &room); /* another process's memory, imported */
     if (device < 0) {
         if (side == SIDE_DEVICE)
             return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not device memory from aclrtMalloc%s%s", api, what,

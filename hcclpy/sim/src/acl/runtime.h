@@ -43,6 +43,15 @@ void sim_arena_reset(sim_arena_t *arena);
 int sim_pointer_device(const void *ptr, uint64_t *room);
 bool sim_host_pinned(const void *ptr, uint64_t bytes);
 
+/* ipc.c */
+/* The device of memory imported from another process that holds `ptr` (and the bytes left in
+ * it), or -1. */
+int sim_ipc_imported(const void *ptr, uint64_t *room);
+/* Before the allocation of `size` bytes at `ptr` is freed: refuses while a live process imports
+ * memory of it, else closes its keys. */
+int sim_ipc_before_free(const void *ptr, uint64_t size);
+void sim_ipc_after_fork(void);
+
 /* stream.c */
 int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out);
 int sim_stream_destroy(sim_stream_t *stream, bool force);
