@@ -433,6 +433,9 @@ def _recv(comm: CommCore, buf: Any, peer: Any) -> Call:
 
 
 _KINDS = {"send": 0, "recv": 1}
+# The names of the first items' buffers, made once: formatting one at every call costs more than
+# the rest of the item's checks. Later items' names are made when needed.
+_ITEM_BUFFERS = tuple(f"items[{index}] buffer" for index in range(64))
 
 
 def _receives_apart(spans: Sequence[Tuple[int, int, bool]]) -> None:
@@ -453,45 +456,88 @@ def _receives_apart(spans: Sequence[Tuple[int, int, bool]]) -> None:
             reach_recv, last_recv = end, index
 
 
+def _pairs_to_itself(comm: CommCore, rows: Sequence[tuple], buffers: Sequence[Buffer]) -> None:
+    """Refuse items whose peer is the rank itself unless they pair up as HCCL pairs them: the k-th
+    send to the rank itself with its k-th receive from itself, in item order, each pair of one
+    dtype and count (HCCL copies the one into the other). ``rows`` are the C items."""
+    me = comm._rank
+    sends = [index for index, row in enumerate(rows) if row[4] == me and row[0] == 0]
+    recvs = [index for index, row in enumerate(rows) if row[4] == me and row[0] == 1]
+    for s, r in zip(sends, recvs):
+        sent, received = buffers[s], buffers[r]
+        rules.same_dtype(sent, received, f"items[{s}] (a send to this rank itself, rank {me})",
+                         f"items[{r}] (the receive from itself it pairs with)")
+        if sent.count != received.count:
+            raise ValueError(f"items[{s}] sends {sent.count // sent.scale} elements to this rank itself (rank {me}), "
+                             f"but items[{r}], the receive from itself it pairs with, holds "
+                             f"{received.count // received.scale}: the k-th send to the rank itself is copied into "
+                             "its k-th receive from itself (in item order), so the two must have the same count")
+    if len(sends) != len(recvs):
+        more, fewer = (sends, recvs) if len(sends) > len(recvs) else (recvs, sends)
+        what, other = ("send to", "receive from") if more is sends else ("receive from", "send to")
+        raise ValueError(f"items[{more[len(fewer)]}] is a {what} this rank itself (rank {me}) with no matching "
+                         f"{other} itself: the batch has {len(sends)} send{'s' * (len(sends) != 1)} to the rank "
+                         f"itself and {len(recvs)} receive{'s' * (len(recvs) != 1)} from itself, and the k-th send "
+                         "to the rank itself is copied into its k-th receive from itself (in item order)")
+
+
 def _batch_send_recv(comm: CommCore, items: Any) -> Call:
     handle = _handle(comm)
     if _group.active():
         raise RuntimeError("batch_send_recv cannot run inside hcclpy.group(): HCCL refuses HcclBatchSendRecv "
                            "between HcclGroupStart and HcclGroupEnd. In the group, make each transfer a send() or "
                            "recv() (the group keeps them from deadlocking), or make this call outside it")
-    try:
-        items = list(items)
-    except TypeError:
-        raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
+    if type(items) is not list and type(items) is not tuple:
+        try:
+            items = list(items)
+        except TypeError:
+            raise TypeError(f"items must be a sequence of ('send' | 'recv', buffer, peer), got {items!r}") from None
+    size, device, profile = comm._size, comm._device_id, comm._profile
     buffers: List[Buffer] = []
     roles: List[int] = []
     rows = []
+    hosts = 0  # how many buffers are NumPy arrays
     for index, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 3 or type(item[0]) is not str or item[0] not in _KINDS:
             raise ValueError(f"items[{index}] must be ('send' | 'recv', buffer, peer), got {item!r}")
         kind, buf, peer = item
-        argument = f"items[{index}] buffer"
+        argument = _ITEM_BUFFERS[index] if index < 64 else f"items[{index}] buffer"
         b = parse(buf, argument)
-        rules.on_device(comm, b, argument)
-        if comm._profile is not None:
-            comm._profile.check("batch_send_recv", b.dtype)
-        peer = rules.peer(comm, peer, f"items[{index}] peer")
-        if kind == "recv":
-            _writable(b, argument, "batch_send_recv")
+        if b.device != device and b.device is not None or b.count > MAX_COUNT:
+            rules.on_device(comm, b, argument)
+        if profile is not None:
+            profile.check("batch_send_recv", b.dtype)
+        # Any rank, this one included: HCCL copies a send to the rank itself into a receive from it.
+        if type(peer) is not int or not 0 <= peer < size:
+            peer = rules.rank(comm, peer, f"items[{index}] peer")
+        code = _KINDS[kind]
+        if code:
+            if not b.writable:
+                _writable(b, argument, "batch_send_recv")
+            roles.append(WRITE)
+        else:
+            roles.append(READ)
+        hosts += b.host
         buffers.append(b)
-        roles.append(READ if kind == "send" else WRITE)
-        rows.append((_KINDS[kind], b.ptr, b.count, b.dtype_c, peer))
-    if any(b.host is not buffers[0].host for b in buffers):
-        raise TypeError("batch_send_recv mixes NumPy arrays with device buffers: pass NumPy arrays for every item "
-                        "(they are staged through the device), or device buffers for every one")
-    _receives_apart([(b.address, b.address + b.count * b.itemsize, role == WRITE) for b, role in zip(buffers, roles)])
-    # (NumPy arrays' pointers are new at every call, and would keep the arrays alive in the cache.)
-    key = None if buffers and buffers[0].host else ("items", tuple(rows))
-    c_items = None if key is None else rules.known(key)
-    if c_items is None:
-        c_items = _ffi.new("HcclSendRecvItem[]", rows or 1)
-        if key is not None:
-            rules.remember(key, c_items)
+        rows.append((code, b.ptr, b.count, b.dtype_c, peer))
+    if hosts:  # NumPy arrays' pointers are new at every call, and would keep the arrays alive in the cache
+        if hosts != len(buffers):
+            raise TypeError("batch_send_recv mixes NumPy arrays with device buffers: pass NumPy arrays for every "
+                            "item (they are staged through the device), or device buffers for every one")
+        _receives_apart([(b.address, b.address + b.count * b.itemsize, role == WRITE)
+                         for b, role in zip(buffers, roles)])
+        _pairs_to_itself(comm, rows, buffers)
+        c_items = _ffi.new("HcclSendRecvItem[]", rows)
+    else:
+        # The rows decide both rules below (addresses, counts, dtypes, kinds, peers; and the rank,
+        # for the items to itself): a batch found in the cache has passed them.
+        key = ("items", comm._rank, tuple(rows))
+        c_items = rules.known(key)
+        if c_items is None:
+            _receives_apart([(b.address, b.address + b.count * b.itemsize, role == WRITE)
+                             for b, role in zip(buffers, roles)])
+            _pairs_to_itself(comm, rows, buffers)
+            c_items = rules.remember(key, _ffi.new("HcclSendRecvItem[]", rows or 1))
     return call(comm, "HcclBatchSendRecv", (c_items, len(rows), handle), tuple(buffers), tuple(roles), len(rows), -1,
                 -1, None, p2p=True)
 
@@ -1001,6 +1047,12 @@ def batch_send_recv(comm: Communicator, items: Sequence[Tuple[str, BufferLike, i
     Within one call the transfers do not wait for each other, so a ring exchange (send to the
     next rank, receive from the previous) cannot deadlock.
 
+    A peer may be the calling rank itself, as in HCCL: the k-th send to the rank itself is
+    copied into its k-th receive from itself (in item order), before the transfers with the
+    peers. Such items must pair up: as many sends to itself as receives from itself, each pair
+    of one count and dtype. This also works on a communicator of one rank. (:func:`send` and
+    :func:`recv` still need another rank.)
+
     Parameters
     ----------
     comm
@@ -1013,6 +1065,13 @@ def batch_send_recv(comm: Communicator, items: Sequence[Tuple[str, BufferLike, i
 
     Raises
     ------
+    ValueError
+        For a malformed item, a peer that is not a rank of the communicator, a receive buffer
+        that overlaps another item's, or items to the rank itself that do not pair up (one left
+        over, or a pair of two counts).
+    TypeError
+        For a buffer that is none, a mix of NumPy arrays and device buffers, or a pair of items
+        to the rank itself of two dtypes.
     RuntimeError
         Inside :func:`~hcclpy.group` (HCCL refuses a batch there).
 
@@ -1020,6 +1079,7 @@ def batch_send_recv(comm: Communicator, items: Sequence[Tuple[str, BufferLike, i
     --------
     >>> nxt, prev = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
     >>> comm.batch_send_recv([("send", x, nxt), ("recv", y, prev)])
+    >>> comm.batch_send_recv([("send", x, comm.rank), ("recv", y, comm.rank)])  # y = x, locally
     """
     return launch(_batch_send_recv(comm, items), stream)
 

@@ -253,7 +253,8 @@ def case_send_recv(ctx: Ctx, tag: str, dtype: str, count: int) -> None:
 
 
 def case_batch_send_recv(ctx: Ctx, tag: str, dtype: str, count: int, all_pairs: bool) -> None:
-    """A ring (send to the next rank, receive from the previous), or every rank with every other."""
+    """A ring (send to the next rank, receive from the previous), or every rank with every rank,
+    itself included (HCCL copies what a rank sends itself into its receive from itself)."""
     n, r = ctx.size, ctx.rank
     if not all_pairs:
         inputs = [make_input(tag, j, count, dtype) for j in range(n)]
@@ -264,8 +265,6 @@ def case_batch_send_recv(ctx: Ctx, tag: str, dtype: str, count: int, all_pairs: 
         return
     items: List[Tuple[str, Any, int]] = []
     for peer in range(n):
-        if peer == r:
-            continue
         recv = ctx.zeros(count, dtype)
         items.append(("recv", recv, peer))
         items.append(("send", ctx.dev(make_input(f"{tag}/{r}->{peer}", 0, count, dtype)), peer))
@@ -297,6 +296,8 @@ CASES: Dict[str, Callable[..., None]] = {
 }
 OPERATIONS = tuple(CASES)
 P2P = ("send_recv", "batch_send_recv", "group_send_recv")
+# Those a one-rank communicator cannot make (its batches only send to the rank itself).
+NEEDS_PEERS = ("send_recv", "group_send_recv")
 
 
 def build_cases(size: int, operations: Tuple[str, ...]) -> List[Tuple[str, Dict[str, Any]]]:
@@ -331,8 +332,8 @@ def build_cases(size: int, operations: Tuple[str, ...]) -> List[Tuple[str, Dict[
         if size > 1:
             add("send_recv", dtype=dtype, count=count)
             add("batch_send_recv", dtype=dtype, count=count, all_pairs=False)
-            add("batch_send_recv", dtype=dtype, count=count, all_pairs=True)
             add("group_send_recv", dtype=dtype, count=count)
+        add("batch_send_recv", dtype=dtype, count=count, all_pairs=True)  # (a one-rank batch: to itself)
     # Every root, both layouts, for the rooted operations.
     for root in range(size):
         for in_place in (False, True):
@@ -374,9 +375,9 @@ def _assert_clean(results: List[Dict[str, Any]]) -> None:
     assert all(res["cases"] > 0 for res in results)
 
 
-# Point-to-point needs two ranks: those operations are not run on one.
+# Send and recv need two ranks: they are not run on one.
 @pytest.mark.parametrize("size, operation", [(size, operation) for size in SIZES for operation in OPERATIONS
-                                             if size > 1 or operation not in P2P])
+                                             if size > 1 or operation not in NEEDS_PEERS])
 @pytest.mark.timeout(120)
 @pytest.mark.slow
 def test_threads(size: int, operation: str) -> None:
@@ -394,12 +395,12 @@ def test_case_list_covers_every_dtype_op_and_root() -> None:
     for size in SIZES:
         cases = build_cases(size, OPERATIONS)
         ops = {op for op, _ in cases}
-        assert ops == set(OPERATIONS) - (set(P2P) if size == 1 else set())
+        assert ops == set(OPERATIONS) - (set(NEEDS_PEERS) if size == 1 else set())
         for op in ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_v"):
             combos = {(kw["dtype"], kw["op"]) for o, kw in cases if o == op}
             assert combos >= {(d, o) for d in dtypes_for(size) for o in REDUCE_OPS}, op
         for op in ("broadcast", "scatter", "all_gather", "all_gather_v", "all_to_all", "all_to_all_v",
-                   "all_to_all_vc") + (P2P if size > 1 else ()):
+                   "all_to_all_vc") + (P2P if size > 1 else ("batch_send_recv",)):
             assert {kw["dtype"] for o, kw in cases if o == op} >= set(dtypes_for(size)), op
         for op in ("reduce", "broadcast", "scatter"):
             assert {kw["root"] for o, kw in cases if o == op} == set(range(size)), op

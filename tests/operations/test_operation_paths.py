@@ -121,6 +121,14 @@ def _every_operation(rank: int, size: int, info: bytes, path_name: str, dtype: s
         out = path.buffer(np.zeros_like(mine))
         path.run("batch_send_recv", [("send", path.buffer(mine), after), ("recv", out, before)])
         check("batch_send_recv", out, inputs[before])
+        # Items to the rank itself among them: its k-th send to itself lands in its k-th receive from itself.
+        out, mirror, head = path.buffer(np.zeros_like(mine)), path.buffer(np.zeros_like(mine)), path.buffer(mine[:2] * 0)
+        path.run("batch_send_recv", [("send", path.buffer(mine), rank), ("send", path.buffer(mine), after),
+                                     ("recv", out, before), ("send", path.buffer(mine[:2]), rank),
+                                     ("recv", mirror, rank), ("recv", head, rank)])
+        check("batch_send_recv with the ring", out, inputs[before])
+        check("batch_send_recv to itself", mirror, mine)
+        check("batch_send_recv to itself, second pair", head, mine[:2])
         if not path.name.startswith("persistent"):  # a persistent pair would need both in one start
             out = path.buffer(np.zeros_like(mine))
             pair = [("send", path.buffer(mine), after), ("recv", out, before)]
@@ -183,6 +191,11 @@ def _mistakes(comm: hcclpy.Communicator, path: Path) -> Dict[str, Callable[[], A
         "matrix of the wrong shape": lambda: path.run("all_to_all_vc", b(x), b(y), send_count_matrix=[[1]]),
         "peer is this rank": lambda: path.run("send", b(x), comm.rank),
         "batch kind": lambda: path.run("batch_send_recv", [("put", b(x), 1)]),
+        "batch to itself unpaired": lambda: path.run("batch_send_recv", [("send", b(x), comm.rank)]),
+        "batch to itself of two dtypes": lambda: path.run("batch_send_recv", [("send", b(x), comm.rank),
+                                                                              ("recv", b(y.astype(np.int32)),
+                                                                               comm.rank)]),
+        "recv from itself": lambda: path.run("recv", b(y), comm.rank),
         "output twice": lambda: path.run("all_gather", b(x), b(y), out=b(y)),
         "send and recv overlap": lambda: path.run("all_to_all", *(lambda a: (a[:4], a[2:6]))(b(np.zeros(8, np.float32)))),
     }
@@ -196,7 +209,7 @@ def _mistake_types(rank: int, size: int, info: bytes) -> Dict[str, Dict[str, str
         for name in PATHS:
             path = Path(name, comm, stream)
             for mistake, make in _mistakes(comm, path).items():
-                if name == "group" and mistake == "batch kind":
+                if name == "group" and mistake.startswith("batch"):
                     continue  # a batch inside a group is refused as such first (RuntimeError)
                 try:
                     make()
