@@ -115,6 +115,12 @@ aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attribut
 aclError aclrtHostRegister(void *ptr, uint64_t size, int type, void **devPtr);
 aclError aclrtHostUnregister(void *ptr);
 
+aclError aclrtDeviceGetBareTgid(int32_t *pid);
+aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
+aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
+aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
+aclError aclrtIpcMemClose(const char *key);
+
 aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
 aclError aclrtSetOpWaitTimeout(uint32_t timeout);
 aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
@@ -151,4 +157,6 @@ OPTIONAL = (
     "aclDataTypeSize", "aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess",
     "aclrtMallocAlign32", "aclrtPointerGetAttributes", "aclrtHostRegister", "aclrtHostUnregister",
     "aclrtSetStreamFailureMode", "aclrtSetOpWaitTimeout", "aclrtSetOpExecuteTimeOut",
+    "aclrtDeviceGetBareTgid", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey",
+    "aclrtIpcMemClose",
 )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import operator
 import weakref
+from functools import partial
 from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -17,7 +19,8 @@ from ._lifetime import CLOSES, attach, close_now
 from . import _stream
 from ._stream import Stream
 
-__all__ = ["DeviceArray", "empty", "zeros", "from_numpy", "pinned_empty"]
+__all__ = ["DeviceArray", "HostRegistration", "IpcHandle", "PointerAttributes", "empty", "from_numpy", "pinned_empty",
+           "pointer_attributes", "register_host", "zeros"]
 
 ShapeLike = Union[int, Sequence[int]]
 """What a ``shape`` argument takes: a number of elements, or a sequence of dimensions."""
@@ -106,10 +109,43 @@ def settle(alloc: _Allocation, stream: Optional[Stream] = None) -> None:
             stream.wait_stream(user)
 
 
+_IPC_KEY_BYTES = 65  # what aclrtIpcMemGetExportKey writes
+_IPC_EXPORT_CHECK_PIDS, _IPC_EXPORT_ANY_PROCESS = 0, 1  # ACL_RT_IPC_MEM_EXPORT_FLAG_*
+_IPC_IMPORT_PEER_ACCESS = 1  # ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS
+
+
+class IpcHandle(NamedTuple):
+    """What another process needs to map a :class:`DeviceArray` of this one: made by
+    :meth:`DeviceArray.ipc_export`, picklable, opened with :meth:`DeviceArray.ipc_import`."""
+
+    key: str
+    """The key ``aclrtIpcMemGetExportKey`` gave."""
+    pid: int
+    """The exporting process."""
+    device: int
+    """The device the memory is on, in the exporting process."""
+    shape: Tuple[int, ...]
+    """The array's shape."""
+    dtype: str
+    """The :class:`~hcclpy.DataType` name."""
+    nbytes: int
+    """The bytes shared."""
+
+
+def _free_block(ptr: int, keys: list) -> None:
+    """Free the aclrtMalloc block at ``ptr`` after closing the IPC keys exported for it (CANN: the
+    exporter closes its keys before it frees)."""
+    bound = _ffi.api()
+    while keys:
+        _ffi.check_acl(bound.aclrtIpcMemClose(keys[-1]), "aclrtIpcMemClose")
+        keys.pop()
+    _ffi.check_acl(bound.aclrtFree(_ffi.pointer(ptr)), "aclrtFree")
+
+
 class _Allocation:
     """One aclrtMalloc block; freed by DeviceArray.close() on any array that views it, or by the collector."""
 
-    __slots__ = ("__weakref__", "ptr", "nbytes", "device", "device_id", "live_device", "finalizer")
+    __slots__ = ("__weakref__", "ptr", "nbytes", "device", "device_id", "live_device", "finalizer", "keys")
 
     def __init__(self, nbytes: int, device: Device) -> None:
         self.nbytes = nbytes
@@ -117,6 +153,7 @@ class _Allocation:
         self.device_id = device.id
         self.live_device = device.id  # -1 once freed: one attribute for "live and where" on fast paths
         self.ptr = 0
+        self.keys: list = []  # the IPC keys exported for it, closed before it is freed
         release = None
         if nbytes > 0:
             if _deferred:  # first: their memory may serve this allocation
@@ -126,14 +163,29 @@ class _Allocation:
             with device:
                 _ffi.check_acl(bound.aclrtMalloc(out, nbytes, _HUGE_FIRST), "aclrtMalloc",
                                context=f"allocating {nbytes} bytes on {device!r}")
-            raw = out[0]
-            self.ptr = _ffi.address(raw)
-
-            def release() -> None:
-                _ffi.check_acl(bound.aclrtFree(raw), "aclrtFree")
+            self.ptr = _ffi.address(out[0])
+            release = partial(_free_block, self.ptr, self.keys)
 
         # Device arrays are as common as NumPy arrays: collecting one is normal, not a leak.
         self.finalizer = attach(self, release, "device allocation", warn=False)
+
+    @classmethod
+    def imported(cls, handle: IpcHandle, device: Device) -> _Allocation:
+        """The memory of ``handle``, exported by another process, mapped into this one; closing it
+        lets go of the mapping (``aclrtIpcMemClose``)."""
+        self = object.__new__(cls)
+        self.nbytes, self.device, self.device_id, self.live_device, self.keys = (handle.nbytes, device, device.id,
+                                                                                 device.id, [])
+        bound = _ffi.api()
+        out = _ffi.new("void **")
+        key = handle.key.encode()
+        with device:
+            _ffi.check_acl(bound.aclrtIpcMemImportByKey(out, key, _IPC_IMPORT_PEER_ACCESS), "aclrtIpcMemImportByKey",
+                           context=f"importing {handle.nbytes} bytes from process {handle.pid}")
+        self.ptr = _ffi.address(out[0])
+        self.finalizer = attach(self, lambda: _ffi.check_acl(bound.aclrtIpcMemClose(key), "aclrtIpcMemClose"),
+                                "imported device memory", warn=False)
+        return self
 
 
 class DeviceArray:
@@ -400,15 +452,101 @@ class DeviceArray:
                            "aclrtMemsetAsync")
             stream._hold((self,))
 
+    def ipc_export(self, *, pids: Optional[Sequence[int]] = None) -> IpcHandle:
+        """Let other processes map this array's memory (``aclrtIpcMemGetExportKey``), as torch's
+        CUDA tensors and cuda.core's IPC buffers share theirs: pass the returned handle (it pickles)
+        to a process that calls :meth:`DeviceArray.ipc_import`. While another process has it
+        imported, :meth:`close` raises and the memory stays; once this array is closed, no new
+        process can import it.
+
+        Parameters
+        ----------
+        pids
+            The processes allowed to import it (``aclrtIpcMemSetImportPid``); None: any process
+            of this user.
+
+        Raises
+        ------
+        ValueError
+            The array is closed, empty, or itself imported from another process, or ``pids``
+            holds something other than positive ints.
+        UnsupportedError
+            On a CANN without IPC memory (8.3 and later have it).
+        """
+        self._check_open()
+        if self._alloc.keys is None:
+            raise ValueError("this DeviceArray was imported from another process: only the process that allocated "
+                             "the memory exports it")
+        if self.nbytes == 0:
+            raise ValueError("an empty DeviceArray has no memory to export")
+        allowed = None if pids is None else list(pids) if isinstance(pids, (list, tuple, np.ndarray)) else []
+        if allowed is not None and (not allowed or any(isinstance(p, bool) or not isinstance(p, (int, np.integer))
+                                                       or p <= 0 for p in allowed)):
+            raise ValueError(f"pids={pids!r} must be a non-empty sequence of process ids (positive ints), or None")
+        bound = _ffi.api()
+        if not bound.present.get("aclrtIpcMemGetExportKey"):
+            raise UnsupportedError("DeviceArray.ipc_export needs aclrtIpcMemGetExportKey (CANN 8.3), which this CANN "
+                                   "does not provide")
+        key = _ffi.new("char[]", _IPC_KEY_BYTES)
+        flags = _IPC_EXPORT_ANY_PROCESS if allowed is None else _IPC_EXPORT_CHECK_PIDS
+        _ffi.check_acl(bound.aclrtIpcMemGetExportKey(_ffi.pointer(self.ptr), self.nbytes, key, _IPC_KEY_BYTES, flags),
+                       "aclrtIpcMemGetExportKey")
+        self._alloc.keys.append(key)
+        if allowed is not None:
+            _ffi.check_acl(bound.aclrtIpcMemSetImportPid(key, _ffi.new("int32_t[]", allowed), len(allowed)),
+                           "aclrtIpcMemSetImportPid")
+        return IpcHandle(_ffi.string(key), os.getpid(), self.device.id, self._shape, self._dtype.name, self.nbytes)
+
+    @staticmethod
+    def ipc_import(handle: IpcHandle, *, device: Optional[DeviceLike] = None) -> DeviceArray:
+        """The array another process exported with :meth:`ipc_export`, mapped into this one: the
+        same memory, written and read by both. :meth:`close` lets go of it here (the exporter's
+        array stays).
+
+        Parameters
+        ----------
+        handle
+            What :meth:`ipc_export` returned in the other process.
+        device
+            The device of this process that uses it; default: the current device, else 0.
+
+        Raises
+        ------
+        TypeError
+            ``handle`` is not an :class:`IpcHandle`.
+        AclError
+            The exporter has ended, closed the array, or does not allow this process.
+        UnsupportedError
+            On a CANN without IPC memory.
+        """
+        if not isinstance(handle, IpcHandle):
+            raise TypeError(f"handle must be an hcclpy.IpcHandle from DeviceArray.ipc_export, got "
+                            f"{type(handle).__name__}")
+        if not _ffi.api().present.get("aclrtIpcMemImportByKey"):
+            raise UnsupportedError("DeviceArray.ipc_import needs aclrtIpcMemImportByKey (CANN 8.3), which this CANN "
+                                   "does not provide")
+        alloc = _Allocation.imported(handle, _device_of(device))
+        alloc.keys = None  # imported: nothing to export
+        return DeviceArray._view(alloc, 0, tuple(handle.shape), as_datatype(handle.dtype))
+
     def close(self) -> None:
         """Free the memory: the whole allocation, also when called on a view (every array that
         views it becomes unusable at once). Idempotent.
 
         The memory is freed now unless work queued on a stream still uses it (a stream holds an
         array of it): then it is freed once no stream does, so that no new array gets memory that
-        queued work will still write.
+        queued work will still write. Memory exported with :meth:`ipc_export` is freed now, after
+        the queued work that uses it, and not while another process has it imported: then this
+        raises and the array stays open (no new process can import it any more).
         """
         alloc = self._alloc
+        if alloc.keys and alloc.finalizer.alive:
+            settle(alloc)
+            _free_block(alloc.ptr, alloc.keys)  # raises, leaving it open, while another process imports it
+            alloc.finalizer.detach()
+            alloc.live_device = -1
+            CLOSES[0] += 1
+            return
         alloc.live_device = -1
         CLOSES[0] += 1
         if alloc.finalizer.alive and _held_by_a_stream(alloc):

@@ -1,0 +1,88 @@
+"""Device memory shared between processes (``DeviceArray.ipc_export`` / ``ipc_import``): the
+importer reads the exporter's data and its writes reach the exporter; the exporter cannot free
+memory another process has imported (``close()`` raises and the array stays open) and can once
+that process let go; process-id checks; bad arguments."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from typing import Any, List
+
+import numpy as np
+import pytest
+
+import hcclpy
+import ranks
+
+
+def _importer(rank: int, size: int, info: bytes, handle: hcclpy.IpcHandle, to_child: Any, from_child: Any) -> None:
+    shared = hcclpy.DeviceArray.ipc_import(handle, device=1)
+    from_child.put(shared.to_numpy().tolist())
+    with pytest.raises(ValueError, match="imported from another process"):
+        shared.ipc_export()
+    shared.copy_from(np.full(8, 7, np.float32))
+    from_child.put("written")
+    assert to_child.get(timeout=60) == "close"
+    shared.close()
+    from_child.put("closed")
+
+
+def test_an_exported_array_is_shared_with_another_process() -> None:
+    array = hcclpy.from_numpy(np.arange(8, dtype=np.float32), device=0)
+    handle = array.ipc_export()
+    assert pickle.loads(pickle.dumps(handle)) == handle
+    assert (handle.pid, handle.shape, handle.dtype, handle.nbytes) == (os.getpid(), (8,), "FP32", 32)
+    context = ranks._process_context()
+    to_child, from_child = context.Queue(), context.Queue()
+    outcome: List[Any] = []
+    child = threading.Thread(target=lambda: outcome.append(
+        ranks.run_processes(_importer, 1, handle, to_child, from_child, return_exceptions=True)))
+    child.start()
+    try:
+        assert from_child.get(timeout=60) == list(range(8))
+        assert from_child.get(timeout=60) == "written"
+        assert array.to_numpy().tolist() == [7.0] * 8  # the other process's writes
+        with pytest.raises(hcclpy.AclError, match="still imported by process"):
+            array.close()
+        assert not array.closed and array.to_numpy()[0] == 7.0  # still open, still usable
+    finally:
+        to_child.put("close")
+    assert from_child.get(timeout=60) == "closed"
+    child.join(60)
+    assert outcome == [[None]]
+    array.close()
+    assert array.closed
+
+
+def _refused(rank: int, size: int, info: bytes, handle: hcclpy.IpcHandle) -> str:
+    with pytest.raises(hcclpy.AclError) as caught:
+        hcclpy.DeviceArray.ipc_import(handle)
+    return str(caught.value)
+
+
+def test_only_the_listed_processes_import() -> None:
+    array = hcclpy.zeros(4, "int32", device=0)
+    handle = array.ipc_export(pids=[os.getpid()])  # not the child's
+    message, = ranks.run_processes(_refused, 1, handle)
+    assert "does not list this process" in message
+    array.close()
+    message, = ranks.run_processes(_refused, 1, handle)  # closed: nobody imports it any more
+    assert "names no exported memory" in message or "was closed" in message
+
+
+def test_bad_ipc_arguments_are_refused() -> None:
+    array = hcclpy.zeros(4, "float32", device=0)
+    for bad in ([], [0], [-3], [True], ["12"], 5):
+        with pytest.raises((ValueError, TypeError), match="pids=.* must be a non-empty sequence of process ids"):
+            array.ipc_export(pids=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty DeviceArray"):
+        hcclpy.zeros(0, "float32", device=0).ipc_export()
+    with pytest.raises(TypeError, match="must be an hcclpy.IpcHandle"):
+        hcclpy.DeviceArray.ipc_import(("key", 1))  # type: ignore[arg-type]
+    with pytest.raises(hcclpy.AclError, match="exported by this process"):
+        hcclpy.DeviceArray.ipc_import(array.ipc_export())
+    array.close()
+    with pytest.raises(ValueError, match="closed DeviceArray"):
+        array.ipc_export()
