@@ -293,3 +293,13 @@ def test_device_memory_shared_between_processes(compile_c, sim_env):
     result = runner.run(binary, [], sim_env, timeout=90)
     runner.check(result)
     assert re.search(r"ipc_memory: \d+ checks OK", result.output), result.output
+
+
+@pytest.mark.timeout(120)
+def test_events_shared_between_processes(compile_c, sim_env):
+    # c/ipc_events.c: an importer opens an exporter's ACL_EVENT_IPC event and a stream of its own
+    # waits for the exporter's record; an opened event is waited for, never recorded; bad handles.
+    binary = compile_c([runner.C_DIR / "ipc_events.c"], "ipc_events")
+    result = runner.run(binary, [], sim_env, timeout=90)
+    runner.check(result)
+    assert re.search(r"ipc_events: \d+ checks OK", result.output), result.output

@@ -358,6 +358,17 @@ ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *k
 /* Close key: in an importer, let go of the memory; in the exporter, allow no more imports. */
 ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
 
+/* Events shared between processes (created with ACL_EVENT_IPC). */
+#define ACL_IPC_EVENT_HANDLE_SIZE 64U
+typedef struct aclrtIpcEventHandle {
+    char reserved[ACL_IPC_EVENT_HANDLE_SIZE];
+} aclrtIpcEventHandle;
+
+/* A handle through which other processes open event (created with ACL_EVENT_IPC). */
+ACL_FUNC_VISIBILITY aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle);
+/* The event of another process's handle, to wait for (aclrtStreamWaitEvent, aclrtSynchronizeEvent). */
+ACL_FUNC_VISIBILITY aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event);
+
 /* Allocate size bytes of pinned host memory. */
 ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
 /* Release device memory. */

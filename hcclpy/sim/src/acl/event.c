@@ -1,13 +1,43 @@
 /* Events: markers recorded on a stream.  An event completes when the stream
  * reaches it; other streams and host threads can wait for it, and two
- * completed events give the time between them. */
+ * completed events give the time between them.
+ *
+ * An event created with ACL_EVENT_IPC can be opened by other processes
+ * (aclrtIpcGetEventHandle, aclrtIpcOpenEventHandle): its record count and completed record go to
+ * a page of shared memory (a memfd the handle names, opened through /proc/<pid>/fd), and an
+ * opened event waits on that page (a shared futex) until the record it saw last has run in the
+ * exporting process.  An opened event is only waited for: it is recorded where it was made. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "acl/acl.h"
 #include "acl/runtime.h"
 
+#define IPC_EVENT_MAGIC 0x48434945u /* "HCIE" */
+
+/* What processes that opened an IPC event see of it. */
+typedef struct {
+    uint32_t magic;
+    uint64_t uid;
+    int32_t owner_pid;           /* the process that records it */
+    uint64_t owner_start;
+    _Atomic uint64_t recorded;   /* its records enqueued so far */
+    _Atomic uint64_t completed;  /* the highest record that has run */
+    _Atomic uint64_t failed;     /* the newest record a failed stream reached without running it */
+    _Atomic int failed_error;
+    _Atomic uint32_t word;       /* futex: changes when a record runs */
+} ipc_event_page_t;
+
 struct sim_event {
+    ipc_event_page_t *page;    /* IPC events: the shared page, once a handle was taken or opened */
+    int page_fd;               /* in the exporting process */
+    bool opened;               /* opened from another process's handle: waited for, never recorded */
     void *handle;
     int device;                /* of the context it was created in */
     size_t listed_at;          /* index in its device's list, while `listed` */
@@ -32,6 +62,10 @@ struct sim_event {
 static void event_unref(sim_event_t *event)
 {
     if (atomic_fetch_sub(&event->refs, 1) == 1) {
+        if (event->page != NULL)
+            munmap(event->page, sizeof *event->page);
+        if (event->page_fd >= 0)
+            close(event->page_fd);
         if (event->stream != NULL)
             sim_stream_unref(event->stream);
         pthread_mutex_destroy(&event->lock);
@@ -146,6 +180,7 @@ static aclError create(aclrtEvent *out, uint32_t flags, bool explicit_flags, con
     event->flags = flags;
     event->explicit_flags = explicit_flags;
     event->refs = 1;
+    event->page_fd = -1;
     pthread_mutex_init(&event->lock, NULL);
     event->handle = sim_handle_new(SIM_KIND_EVENT, event);
     if (event->handle == NULL) {
@@ -217,6 +252,11 @@ static int run_record(sim_task_t *task, int64_t deadline_ns)
         event->timestamp_ns = sim_now_ns();
         event->cleared = false;
         atomic_store(&event->completed, record->number);
+        if (event->page != NULL) {
+            atomic_store(&event->page->completed, record->number);
+            atomic_fetch_add(&event->page->word, 1);
+            sim_futex_wake(&event->page->word, true);
+        }
     }
     pthread_mutex_unlock(&event->lock);
     return SIM_TASK_DONE;
@@ -234,6 +274,10 @@ static void cancel_record(sim_task_t *task, int error, const char *why)
         event->failed = record->number;
         event->failed_error = error;
         snprintf(event->failed_why, sizeof event->failed_why, "%s", why);
+        if (event->page != NULL) {
+            atomic_store(&event->page->failed_error, error);
+            atomic_store(&event->page->failed, record->number);
+        }
     }
     pthread_mutex_unlock(&event->lock);
 }
@@ -242,6 +286,13 @@ static void cancel_record(sim_task_t *task, int error, const char *why)
  * without running what was queued before it (`api` names the call, for the message). */
 static int failure(sim_event_t *event, const char *api)
 {
+    if (event->opened) {
+        ipc_event_page_t *page = event->page;
+        uint64_t failed = atomic_load(&page->failed);
+        int error = failed != 0 && failed == atomic_load(&page->completed) ? atomic_load(&page->failed_error) : 0;
+        return error == 0 ? ACL_SUCCESS : sim_error(error, "%s: the stream that recorded the event (in process %d) "
+                                                    "failed before reaching it", api, (int)page->owner_pid);
+    }
     pthread_mutex_lock(&event->lock);
     int error = event->failed != 0 && event->failed == atomic_load(&event->completed) ? event->failed_error : 0;
     if (error != 0)
@@ -272,6 +323,10 @@ static int check_sync_flag(const sim_event_t *event, bool reset, const char *api
 
 static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
 {
+    if (event->opened)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the event was opened from another process's handle "
+                         "(aclrtIpcOpenEventHandle): it is recorded in that process, and waited for here",
+                         reset ? "aclrtResetEvent" : "aclrtRecordEvent");
     /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
     event_task_t *task = malloc(sizeof *task);
     if (task == NULL)
@@ -289,6 +344,8 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
     pthread_mutex_lock(&event->lock);
     if (!reset) {
         task->number = ++event->recorded;
+        if (event->page != NULL)
+            atomic_store(&event->page->recorded, task->number);
         sim_stream_ref(stream);
         if (event->stream != NULL)
             sim_stream_unref(event->stream);
@@ -342,6 +399,10 @@ typedef struct {
 static target_t snapshot(sim_event_t *event)
 {
     target_t target = {0, NULL, 0};
+    if (event->opened) {
+        target.number = atomic_load(&event->page->recorded);
+        return target;
+    }
     pthread_mutex_lock(&event->lock);
     target.number = event->recorded;
     if (event->stream != NULL && atomic_load(&event->completed) < target.number) {
@@ -356,8 +417,31 @@ static target_t snapshot(sim_event_t *event)
 /* Waits (running the recording stream if nobody does) until the target is
  * reached.  Returns 0, the recording stream's error, or SIM_TASK_AGAIN at the
  * deadline. */
+#define OPENED_WAIT_SLICE_NS (100 * SIM_NS_PER_MS) /* how often a wait looks whether the exporter lives */
+
+/* wait_for, for an event opened from another process: on the shared page, until the record
+ * seen when the wait was queued has run there, or the process that records it has ended. */
+static int wait_for_opened(sim_event_t *event, uint64_t number, int64_t deadline_ns)
+{
+    ipc_event_page_t *page = event->page;
+    for (;;) {
+        uint32_t seen = atomic_load(&page->word);
+        if (atomic_load(&page->completed) >= number)
+            return ACL_SUCCESS;
+        if (!sim_process_alive(page->owner_pid, page->owner_start))
+            return sim_error(ACL_ERROR_RT_INTERNAL_ERROR, "the process %d that records the event has ended before "
+                             "reaching record %llu", (int)page->owner_pid, (unsigned long long)number);
+        int64_t now = sim_now_ns();
+        if (now >= deadline_ns)
+            return SIM_TASK_AGAIN;
+        sim_futex_wait(&page->word, seen, SIM_MIN(deadline_ns - now, OPENED_WAIT_SLICE_NS), true);
+    }
+}
+
 static int wait_for(sim_event_t *event, const target_t *target, int64_t deadline_ns)
 {
+    if (event->opened)
+        return wait_for_opened(event, target->number, deadline_ns);
     if (target->stream == NULL || atomic_load(&event->completed) >= target->number)
         return ACL_SUCCESS;
     int rc = sim_stream_sync_to(target->stream, target->index, deadline_ns);
@@ -393,6 +477,8 @@ static int run_wait(sim_task_t *task, int64_t deadline_ns)
     if (rc == SIM_TASK_AGAIN && sim_now_ns() >= wait->give_up_ns)
         return sim_error(ACL_ERROR_RT_WAIT_TIMEOUT, "a wait for an event (aclrtStreamWaitEvent) outlasted the "
                          "%u s of aclrtSetOpWaitTimeout", (unsigned)atomic_load(&g_op_wait_timeout_s));
+    if (rc != ACL_SUCCESS && rc != SIM_TASK_AGAIN && wait->event->opened)
+        return rc; /* the process that records it ended: this stream would wait forever */
     /* The other stream's failure is reported by that stream, not this one. */
     return rc == SIM_TASK_AGAIN ? SIM_TASK_AGAIN : SIM_TASK_DONE;
 }
@@ -476,6 +562,10 @@ SIM_EXPORT aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t t
  * recorded, reset since its last record ran, or with a record still queued. */
 static bool is_complete(sim_event_t *event)
 {
+    if (event->opened) {
+        uint64_t recorded = atomic_load(&event->page->recorded);
+        return recorded > 0 && atomic_load(&event->page->completed) >= recorded;
+    }
     pthread_mutex_lock(&event->lock);
     bool complete = event->recorded > 0 && !event->cleared && atomic_load(&event->completed) >= event->recorded;
     pthread_mutex_unlock(&event->lock);
@@ -539,6 +629,9 @@ static aclError elapsed(float *ms, sim_event_t *start, sim_event_t *end)
     int64_t stamps[2];
     for (int i = 0; i < 2; i++) {
         sim_event_t *event = events[i];
+        if (event->opened)
+            return sim_error(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, "aclrtEventElapsedTime: the %s event was opened "
+                             "from another process: its time is kept there", i == 0 ? "start" : "end");
         if (event->explicit_flags && (event->flags & ACL_EVENT_TIME_LINE) == 0)
             return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: the %s event was created without "
                              "ACL_EVENT_TIME_LINE", i == 0 ? "start" : "end");
@@ -563,4 +656,93 @@ void sim_event_after_fork(void)
     pthread_mutex_init(&g_events_lock, NULL);
     for (int d = 0; d < SIM_MAX_DEVICES; d++)
         g_events[d] = (event_list_t){NULL, 0, 0};
+}
+
+/* ------------------------------------------------------------ IPC events */
+
+SIM_EXPORT aclError aclrtIpcGetEventHandle(aclrtEvent handle, aclrtIpcEventHandle *ipc)
+{
+    static const char *api = "aclrtIpcGetEventHandle";
+    if (ipc == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: handle is NULL", api);
+    int err = ACL_SUCCESS;
+    sim_event_t *event = lookup(handle, api, &err);
+    if (event == NULL)
+        return err;
+    if (event->opened || (event->flags & ACL_EVENT_IPC) == 0) {
+        event_unref(event);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s", api, event->opened
+                         ? "the event was opened from another process: only the process that made it shares it"
+                         : "the event was not created with ACL_EVENT_IPC (aclrtCreateEventExWithFlag)");
+    }
+    pthread_mutex_lock(&event->lock);
+    if (event->page == NULL) {
+        int fd = memfd_create("hcclpy-sim-ipc-event", MFD_CLOEXEC);
+        ipc_event_page_t *page = MAP_FAILED;
+        if (fd >= 0 && ftruncate(fd, sizeof *page) == 0)
+            page = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (page == MAP_FAILED) {
+            if (fd >= 0)
+                close(fd);
+            pthread_mutex_unlock(&event->lock);
+            event_unref(event);
+            return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: cannot share the event: %s", api, strerror(errno));
+        }
+        page->magic = IPC_EVENT_MAGIC;
+        page->uid = sim_random64();
+        page->owner_pid = (int32_t)getpid();
+        page->owner_start = sim_process_start_time(getpid());
+        atomic_store(&page->recorded, event->recorded);
+        atomic_store(&page->completed, atomic_load(&event->completed));
+        event->page = page;
+        event->page_fd = fd;
+    }
+    memset(ipc, 0, sizeof *ipc);
+    snprintf(ipc->reserved, sizeof ipc->reserved, "hcclpy-ipce-%d-%d-%016" PRIx64, (int)getpid(), event->page_fd,
+             event->page->uid);
+    pthread_mutex_unlock(&event->lock);
+    event_unref(event);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle ipc, aclrtEvent *out)
+{
+    static const char *api = "aclrtIpcOpenEventHandle";
+    if (out == NULL)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", api);
+    int pid = 0, fd = -1, used = 0;
+    uint64_t uid = 0;
+    ipc.reserved[sizeof ipc.reserved - 1] = '\0';
+    if (sscanf(ipc.reserved, "hcclpy-ipce-%d-%d-%16" SCNx64 "%n", &pid, &fd, &uid, &used) != 3 ||
+        ipc.reserved[used] != '\0')
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the handle is not one from aclrtIpcGetEventHandle", api);
+    if (pid == (int)getpid())
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the handle is of an event of this process: use the event",
+                         api);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+    int page_fd = open(path, O_RDWR | O_CLOEXEC);
+    ipc_event_page_t *page = MAP_FAILED;
+    if (page_fd >= 0) {
+        page = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+        close(page_fd);
+    }
+    if (page == MAP_FAILED || page->magic != IPC_EVENT_MAGIC || page->uid != uid) {
+        if (page != MAP_FAILED)
+            munmap(page, sizeof *page);
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the handle names no event: its process has ended or "
+                         "destroyed it", api);
+    }
+    aclrtEvent handle = NULL;
+    int err = create(&handle, ACL_EVENT_SYNC | ACL_EVENT_IPC, true, api);
+    if (err != ACL_SUCCESS) {
+        munmap(page, sizeof *page);
+        return err;
+    }
+    sim_event_t *event = lookup(handle, api, &err);
+    event->page = page;
+    event->opened = true;
+    event_unref(event);
+    *out = handle;
+    return ACL_SUCCESS;
 }
