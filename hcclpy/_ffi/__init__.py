@@ -42,7 +42,7 @@ def _reported(error: Exception) -> Exception:
     return error
 
 __all__ = [
-    "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
+    "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_IPC", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
     "SimulatorFallbackWarning", "acl_failure", "api", "check_acl", "check_hccl", "ffi", "has", "hccl_failure",
     "loaded",
 ]
@@ -54,6 +54,7 @@ ffi.cdef(cdef_acl.TYPES + cdef_hccl_types.TYPES + cdef_acl.FUNCTIONS + cdef_hccl
 ACL_EVENT_SYNC = 0x1
 ACL_EVENT_CAPTURE_STREAM_PROGRESS = 0x2
 ACL_EVENT_TIME_LINE = 0x8
+ACL_EVENT_IPC = 0x40
 ACL_STREAM_FAST_LAUNCH = 0x1
 ACL_STREAM_FAST_SYNC = 0x2
 

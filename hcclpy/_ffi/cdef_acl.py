@@ -115,6 +115,9 @@ aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attribut
 aclError aclrtHostRegister(void *ptr, uint64_t size, int type, void **devPtr);
 aclError aclrtHostUnregister(void *ptr);
 
+typedef struct aclrtIpcEventHandle { char reserved[64]; } aclrtIpcEventHandle;
+aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle *handle);
+aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent *event);
 aclError aclrtDeviceGetBareTgid(int32_t *pid);
 aclError aclrtIpcMemGetExportKey(void *devPtr, size_t size, char *key, size_t len, uint64_t flags);
 aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
@@ -158,5 +161,5 @@ OPTIONAL = (
     "aclrtMallocAlign32", "aclrtPointerGetAttributes", "aclrtHostRegister", "aclrtHostUnregister",
     "aclrtSetStreamFailureMode", "aclrtSetOpWaitTimeout", "aclrtSetOpExecuteTimeOut",
     "aclrtDeviceGetBareTgid", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey",
-    "aclrtIpcMemClose",
+    "aclrtIpcMemClose", "aclrtIpcGetEventHandle", "aclrtIpcOpenEventHandle",
 )

@@ -1,12 +1,12 @@
 """Runtime objects over AscendCL: devices, streams, events and device memory."""
 
 from ._device import Device, DeviceLike, device_count
-from ._event import Event
+from ._event import Event, IpcEventHandle
 from ._memory import (DeviceArray, HostRegistration, IpcHandle, PointerAttributes, ShapeLike, empty, from_numpy, pinned_empty,
                       pointer_attributes, register_host, zeros)
 from ._settings import set_op_execute_timeout, set_op_wait_timeout
 from ._stream import Stream
 
-__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "HostRegistration", "IpcHandle", "PointerAttributes", "ShapeLike",
+__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "HostRegistration", "IpcEventHandle", "IpcHandle", "PointerAttributes", "ShapeLike",
            "Stream", "device_count", "empty", "from_numpy", "pinned_empty", "pointer_attributes", "register_host",
            "set_op_execute_timeout", "set_op_wait_timeout", "zeros"]

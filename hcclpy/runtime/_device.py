@@ -207,14 +207,16 @@ class Device:
             raise UnsupportedError(f"{function} (CANN 8.x) is not in the loaded CANN")
         return other
 
-    def create_event(self, *, timing: bool = True) -> Event:
-        """A new event on this device; ``timing=False`` events cannot measure elapsed time."""
+    def create_event(self, *, timing: bool = True, ipc: bool = False) -> Event:
+        """A new event on this device; ``timing=False`` events cannot measure elapsed time;
+        ``ipc=True`` events can be waited for by other processes (:meth:`Event.ipc_handle`)."""
         from ._event import Event
 
         if not isinstance(timing, bool):
             raise TypeError(f"timing={timing!r} must be True or False")
-
-        return Event._create(self, timing)
+        if not isinstance(ipc, bool):
+            raise TypeError(f"ipc={ipc!r} must be True or False")
+        return Event._create(self, timing, ipc)
 
     @property
     def default_stream(self) -> Stream:

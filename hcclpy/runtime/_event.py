@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+import os
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from .. import _ffi, _trace
-from ..errors import AclErrorCode
+from ..errors import AclErrorCode, UnsupportedError
 from ._device import Device
 from ._lifetime import attach, close_now
 from ._stream import _timeout_ms
@@ -14,7 +15,17 @@ from ._waits import wait_for, waited
 if TYPE_CHECKING:
     from ._stream import Stream
 
-__all__ = ["Event"]
+__all__ = ["Event", "IpcEventHandle"]
+
+
+class IpcEventHandle(NamedTuple):
+    """What another process needs to wait for an :class:`Event` of this one: made by
+    :meth:`Event.ipc_handle`, picklable, opened with :meth:`Event.ipc_open`."""
+
+    data: bytes
+    """The ``aclrtIpcEventHandle`` bytes."""
+    pid: int
+    """The process that records the event."""
 
 
 class Event:
@@ -28,28 +39,42 @@ class Event:
     >>> end.synchronize(); print(start.elapsed_time(end), "ms")
     """
 
-    __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer", "_recorded")
+    __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer", "_recorded", "_ipc",
+                 "_opened")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create events with Device.create_event() or Stream.record()")
 
     @classmethod
-    def _create(cls, device: Device, timing: bool) -> Event:
+    def _create(cls, device: Device, timing: bool, ipc: bool = False) -> Event:
         bound = _ffi.api()
         out = _ffi.new("aclrtEvent *")
         with device:
-            if bound.present.get("aclrtCreateEventWithFlag"):
+            if ipc:
+                if not bound.present.get("aclrtIpcGetEventHandle"):
+                    raise UnsupportedError("events shared between processes need aclrtIpcGetEventHandle (CANN 8.5), "
+                                           "which this CANN does not provide")
+                flags = _ffi.ACL_EVENT_IPC | _ffi.ACL_EVENT_SYNC | (_ffi.ACL_EVENT_TIME_LINE if timing else 0)
+                rc, name = bound.aclrtCreateEventExWithFlag(out, flags), "aclrtCreateEventExWithFlag"
+            elif bound.present.get("aclrtCreateEventWithFlag"):
                 flags = _ffi.ACL_EVENT_SYNC | (_ffi.ACL_EVENT_TIME_LINE if timing else 0)
                 rc, name = bound.aclrtCreateEventWithFlag(out, flags), "aclrtCreateEventWithFlag"
             else:
                 rc, name = bound.aclrtCreateEvent(out), "aclrtCreateEvent"
         _ffi.check_acl(rc, name)
+        return cls._adopt(out[0], device, timing, ipc, opened=False)
+
+    @classmethod
+    def _adopt(cls, cdata: Any, device: Device, timing: bool, ipc: bool, opened: bool) -> Event:
+        """The Event of the live ``aclrtEvent`` ``cdata``, destroyed when closed."""
+        bound = _ffi.api()
         self = object.__new__(cls)
-        self._cdata_ptr = out[0]
+        self._cdata_ptr = cdata
         self._device = device
         self._timing = bool(timing)
+        self._ipc = ipc
+        self._opened = opened
         self._recorded: Any = None  # (the stream's progress, the flight recorder's mark) at the last record
-        cdata = out[0]
 
         def release() -> None:
             _ffi.check_acl(bound.aclrtDestroyEvent(cdata), "aclrtDestroyEvent")
@@ -77,10 +102,62 @@ class Event:
         """True once the event has been closed; False otherwise."""
         return not self._finalizer.alive
 
+    def ipc_handle(self) -> IpcEventHandle:
+        """A handle through which another process waits for this event (``aclrtIpcGetEventHandle``;
+        the event must come from ``Device.create_event(ipc=True)``): pass it (it pickles) to a
+        process that calls :meth:`Event.ipc_open`.
+
+        Raises
+        ------
+        ValueError
+            The event is closed, was not created with ``ipc=True``, or was itself opened from
+            another process.
+        """
+        if self._opened:
+            raise ValueError("this event was opened from another process: only the process that made it shares it")
+        cdata = self._cdata()
+        if not self._ipc:
+            raise ValueError("only an event from Device.create_event(ipc=True) is shared between processes")
+        handle = _ffi.new("aclrtIpcEventHandle *")
+        _ffi.check_acl(_ffi.api().aclrtIpcGetEventHandle(cdata, handle), "aclrtIpcGetEventHandle")
+        return IpcEventHandle(bytes(_ffi.buffer(handle)), os.getpid())
+
+    @staticmethod
+    def ipc_open(handle: IpcEventHandle, *, device: Optional[Any] = None) -> Event:
+        """The event another process shared with :meth:`ipc_handle`, to wait for here
+        (:meth:`Stream.wait_event`, :meth:`synchronize`, :meth:`query`); it is recorded in the
+        process that made it, and has no time to measure here.
+
+        Raises
+        ------
+        TypeError
+            ``handle`` is not an :class:`IpcEventHandle`.
+        AclError
+            The handle's process has ended or destroyed the event.
+        """
+        if not isinstance(handle, IpcEventHandle):
+            raise TypeError(f"handle must be an hcclpy.IpcEventHandle from Event.ipc_handle, got "
+                            f"{type(handle).__name__}")
+        bound = _ffi.api()
+        if not bound.present.get("aclrtIpcOpenEventHandle"):
+            raise UnsupportedError("Event.ipc_open needs aclrtIpcOpenEventHandle (CANN 8.5), which this CANN does "
+                                   "not provide")
+        target = (Device.current() or Device(0)) if device is None else Device(device)
+        raw = _ffi.new("aclrtIpcEventHandle *")
+        _ffi.memmove(raw, handle.data, min(len(handle.data), _ffi.sizeof("aclrtIpcEventHandle")))
+        out = _ffi.new("aclrtEvent *")
+        with target:
+            _ffi.check_acl(bound.aclrtIpcOpenEventHandle(raw[0], out), "aclrtIpcOpenEventHandle",
+                           context=f"opening an event of process {handle.pid}")
+        return Event._adopt(out[0], target, False, True, opened=True)
+
     def record(self, stream: Optional[Stream] = None) -> None:
         """Record the event at the current end of ``stream`` (the device's default stream if None)."""
         from ._stream import Stream
 
+        if self._opened:
+            raise ValueError("this event was opened from another process (Event.ipc_open): it is recorded there, "
+                             "and waited for here")
         if stream is None:
             stream = self._device.default_stream
         elif not isinstance(stream, Stream):

@@ -86,3 +86,56 @@ def test_bad_ipc_arguments_are_refused() -> None:
     array.close()
     with pytest.raises(ValueError, match="closed DeviceArray"):
         array.ipc_export()
+
+
+# ---------------------------------------------------------------- events
+
+def _waiter(rank: int, size: int, info: bytes, handle: hcclpy.IpcEventHandle, to_child: Any, from_child: Any) -> None:
+    event = hcclpy.Event.ipc_open(handle, device=1)
+    with pytest.raises(ValueError, match="opened from another process"):
+        event.record()
+    with pytest.raises(ValueError, match="only the process that made it shares it"):
+        event.ipc_handle()
+    stream = hcclpy.Device(1).create_stream()
+    ran: List[str] = []
+    stream.wait_event(event)
+    stream.launch_host_func(lambda: ran.append("after the event"))
+    from_child.put((event.query(), stream.query()))
+    stream.synchronize()  # until the exporter's record ran
+    from_child.put((ran, event.query()))
+    event.close()
+    stream.close()
+
+
+def test_another_process_waits_for_an_exported_event() -> None:
+    device = hcclpy.Device(0)
+    with pytest.raises(ValueError, match=r"create_event\(ipc=True\)"):
+        device.create_event().ipc_handle()
+    event = device.create_event(timing=False, ipc=True)
+    stream = device.create_stream()
+    gate, entered = threading.Event(), threading.Event()
+    stream.launch_host_func(lambda: (entered.set(), gate.wait(30)))
+    assert entered.wait(10)
+    event.record(stream)
+    handle = event.ipc_handle()
+    assert pickle.loads(pickle.dumps(handle)) == handle and handle.pid == os.getpid()
+    context = ranks._process_context()
+    to_child, from_child = context.Queue(), context.Queue()
+    outcome: List[Any] = []
+    child = threading.Thread(target=lambda: outcome.append(
+        ranks.run_processes(_waiter, 1, handle, to_child, from_child, return_exceptions=True)))
+    child.start()
+    try:
+        assert from_child.get(timeout=60) == (False, False)  # held back by this process's stream
+    finally:
+        gate.set()
+    assert from_child.get(timeout=60) == (["after the event"], True)
+    child.join(60)
+    assert outcome == [[None]]
+    stream.synchronize()
+    with pytest.raises(TypeError, match="must be an hcclpy.IpcEventHandle"):
+        hcclpy.Event.ipc_open(b"x" * 64)  # type: ignore[arg-type]
+    with pytest.raises(hcclpy.AclError, match="of this process"):
+        hcclpy.Event.ipc_open(handle)
+    event.close()
+    stream.close()

@@ -238,6 +238,8 @@ class Driver:
             kind = self.ffi.typeof(value).kind
             if kind in ("pointer", "array", "function"):
                 return hex(self.address(value))
+            if kind == "struct":  # by value: its bytes
+                return repr(bytes(self.ffi.buffer(self.ffi.new(self.ffi.getctype(self.ffi.typeof(value), "*"), value))))
             return str(int(value))
         return repr(value)
 
@@ -314,7 +316,8 @@ class Driver:
         ``cell`` (a ``void *`` cell holding a handle); ``outarr`` (n output handles); ``vec`` /
         ``u32arr`` / ``i32arr`` (host arrays, values repeated to the length); ``items``
         (``HcclSendRecvItem`` array); ``ri`` (a root info); ``cfg`` (an ``HcclCommConfig``);
-        ``path`` (a file); ``str`` (a C string); ``cb`` (the callback); ``tid`` (this thread).
+        ``path`` (a file); ``str`` (a C string); ``bytes`` (a struct by value, from a string);
+        ``cb`` (the callback); ``tid`` (this thread).
         """
         ffi = self.ffi
         if isinstance(spec, int):
@@ -350,6 +353,10 @@ class Driver:
             return ffi.new(ctype)
         if tag == "buf":
             return ffi.new("char[]", spec[1])
+        if tag == "bytes":  # a struct passed by value, from its bytes
+            value = ffi.new(ffi.getctype(ctype, "*"))
+            ffi.memmove(value, spec[1].encode()[:ffi.sizeof(ctype)], min(len(spec[1]), ffi.sizeof(ctype)))
+            return value[0]
         if tag == "cell":
             return ffi.new("void **", self.resolve(spec[1], ffi.typeof("void *")))
         if tag == "outarr":
@@ -1273,13 +1280,17 @@ FUNCTIONS: Dict[str, Gen] = {
                               P(sampled([4096, 8192]), u64), P(just(0), i32), out()),
     "aclrtHostUnregister": call(P(builds(lambda i, o: ["pinned", i, o], ints(0, 1), sampled([0, 4096])), any_dptr)),
     "aclrtDeviceGetBareTgid": call(out()),
-    "aclrtIpcMemGetExportKey": call(dptr(), count(), P(just(["buf", 65]), one_of(null, just(["buf", 8]))),
+    # (the key buffer always holds len bytes: a smaller one is the caller's overflow, as with any C API)
+    "aclrtIpcMemGetExportKey": call(dptr(), count(), P(just(["buf", 65]), null),
                                     P(just(65), one_of(sampled([0, 64]), u64)), P(sampled([0, 1]), u64)),
     "aclrtIpcMemSetImportPid": call(P(builds(lambda s: ["str", s], sampled(["", "hcclpy-ipc-1-2-3"])), null),
                                     P(just(["i32arr", [1]]), null), P(just(1), u64)),
     "aclrtIpcMemImportByKey": call(out(), P(builds(lambda s: ["str", s], sampled(["", "hcclpy-ipc-1-2-3",
                                                                                   "hcclpy-ipc-x"])), null),
                                    P(sampled([0, 1]), u64)),
+    "aclrtIpcGetEventHandle": call(event(), out()),
+    "aclrtIpcOpenEventHandle": call(P(builds(lambda s: ["bytes", s], sampled(["", "hcclpy-ipce-1-2-3"])),
+                                      builds(lambda s: ["bytes", s], sampled(["x" * 64, "hcclpy-ipce-x"]))), out()),
     "aclrtIpcMemClose": call(P(builds(lambda s: ["str", s], sampled(["", "hcclpy-ipc-1-2-3"])), null)),
     "aclrtSetStreamFailureMode": call(stream(), P(sampled([0, 1]), u64)),
     # Waits bounded to an hour at the shortest: a fuzzed program's event waits must not fail on time.
