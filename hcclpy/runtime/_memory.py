@@ -132,6 +132,18 @@ class IpcHandle(NamedTuple):
     """The bytes shared."""
 
 
+def _rows(array: np.ndarray) -> Optional[Tuple[int, int]]:
+    """``(rows, pitch)`` when ``array`` is rows along its first axis, each contiguous and apart
+    by a pitch of at least a row (the layout ``aclrtMemcpy2d`` copies in one call, such as a slice
+    ``big[:, 2:6]``), on a CANN with 2-D copies; None otherwise."""
+    if array.ndim < 2 or array.shape[0] < 2 or array.size == 0:
+        return None
+    pitch, row = array.strides[0], array[0]
+    if not row.flags.c_contiguous or pitch < row.nbytes or not _ffi.api().present.get("aclrtMemcpy2d"):
+        return None
+    return array.shape[0], pitch
+
+
 def _free_block(ptr: int, keys: list) -> None:
     """Free the aclrtMalloc block at ``ptr`` after closing the IPC keys exported for it (CANN: the
     exporter closes its keys before it frees)."""
@@ -372,10 +384,24 @@ class DeviceArray:
                              f"{self._alloc.device_id}; queue the {what} on a stream of the array's device")
         stream._check_open()
 
-    def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...]) -> None:
+    def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...],
+              rows: Optional[Tuple[int, int]] = None) -> None:
         """Copy this array's bytes from ``src`` to ``dst`` (addresses), now or queued on ``stream``,
-        which then keeps ``keep`` (the arrays involved) alive until the copy is done."""
-        copy_bytes(dst, src, self.nbytes, kind, stream)
+        which then keeps ``keep`` (the arrays involved) alive until the copy is done. ``rows``:
+        the host side is ``rows[0]`` rows ``rows[1]`` bytes apart (``aclrtMemcpy2d``)."""
+        if rows is None:
+            copy_bytes(dst, src, self.nbytes, kind, stream)
+        elif self.nbytes:
+            height, pitch = rows
+            width = self.nbytes // height
+            dpitch, spitch = (width, pitch) if kind == _H2D else (pitch, width)
+            bound, pointer = _ffi.api(), _ffi.pointer
+            if stream is None:
+                _ffi.check_acl(bound.aclrtMemcpy2d(pointer(dst), dpitch, pointer(src), spitch, width, height, kind),
+                               "aclrtMemcpy2d")
+            else:
+                _ffi.check_acl(bound.aclrtMemcpy2dAsync(pointer(dst), dpitch, pointer(src), spitch, width, height,
+                                                        kind, stream._cdata()), "aclrtMemcpy2dAsync")
         if stream is not None and self.nbytes:
             stream._hold(keep)
 
@@ -398,16 +424,19 @@ class DeviceArray:
             self._copy(self.ptr, src.ptr, _D2D, stream, (self, src))
             return
         array = self._host_array(src, "src")
-        if not array.flags.c_contiguous:
+        rows = None if array.flags.c_contiguous else _rows(array)
+        if not array.flags.c_contiguous and rows is None:
             if stream is not None:
-                raise ValueError("src must be C-contiguous for a copy on a stream (use np.ascontiguousarray)")
+                raise ValueError("src must be C-contiguous, or rows that are each contiguous (a slice of the last "
+                                 "axes of a larger array), for a copy on a stream (use np.ascontiguousarray)")
             array = np.ascontiguousarray(array)
         settle(self._alloc, stream)
-        self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array))
+        self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array), rows)
 
     def copy_to(self, dst: Union[np.ndarray, DeviceArray], *, stream: Optional[Stream] = None) -> None:
-        """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable and
-        C-contiguous). Queued on ``stream`` if given, as for :meth:`copy_from`."""
+        """Copy this array into ``dst`` (same dtype and size; a host ``dst`` must be writable, and
+        C-contiguous or made of rows that each are: a slice of the last axes of a larger array).
+        Queued on ``stream`` if given, as for :meth:`copy_from`."""
         self._check_open()
         self._check_stream(stream, "copy")
         if isinstance(dst, DeviceArray):
@@ -416,10 +445,12 @@ class DeviceArray:
         array = self._host_array(dst, "dst")
         if not array.flags.writeable:
             raise ValueError("dst is read-only")
-        if not array.flags.c_contiguous:
-            raise ValueError("dst must be C-contiguous")
+        rows = None if array.flags.c_contiguous else _rows(array)
+        if not array.flags.c_contiguous and rows is None:
+            raise ValueError("dst must be C-contiguous, or rows that are each contiguous (a slice of the last axes "
+                             "of a larger array)")
         settle(self._alloc, stream)
-        self._copy(array.ctypes.data, self.ptr, _D2H, stream, (self, array))
+        self._copy(array.ctypes.data, self.ptr, _D2H, stream, (self, array), rows)
 
     def to_numpy(self, *, stream: Optional[Stream] = None) -> np.ndarray:
         """A new host array with a copy of the data (after ``stream``'s queued work, if given)."""

@@ -10,6 +10,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hcclpy
 import ranks
@@ -201,3 +203,41 @@ def test_host_registration_lets_the_device_reach_host_memory() -> None:
         hcclpy.register_host(read_only)
     with pytest.raises(TypeError, match="must be a numpy.ndarray"):
         hcclpy.register_host([1, 2])  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- 2-D copies
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(2, 7), columns=st.integers(1, 9), data=st.data(), on_stream=st.booleans())
+def test_host_rows_apart_are_copied_in_one_2d_copy(rows: int, columns: int, data: Any, on_stream: bool) -> None:
+    # A block of columns of a larger host array: rows each contiguous, a pitch apart.
+    start = data.draw(st.integers(0, 3))
+    big = np.arange(rows * (columns + 4), dtype=np.float32).reshape(rows, columns + 4)
+    block = big[:, start:start + columns]
+    assert not block.flags.c_contiguous
+    device = hcclpy.Device(0)
+    with device.create_stream() as stream:
+        array = hcclpy.empty((rows, columns), "float32", device=device)
+        array.copy_from(block, stream=stream if on_stream else None)
+        stream.synchronize()
+        assert np.array_equal(array.to_numpy(), block)
+        target = np.full((rows, columns + 4), -1, np.float32)
+        array.copy_to(target[:, start:start + columns], stream=stream if on_stream else None)
+        stream.synchronize()
+        expected = np.full_like(target, -1)
+        expected[:, start:start + columns] = block
+        assert np.array_equal(target, expected)  # the elements between the rows untouched
+        array.close()
+
+
+def test_host_arrays_that_are_not_rows_apart_are_still_refused_on_a_stream() -> None:
+    device = hcclpy.Device(0)
+    with device.create_stream() as stream:
+        array = hcclpy.empty((4, 3), "float32", device=device)
+        columns_apart = np.zeros((4, 6), np.float32)[:, ::2]  # no row is contiguous
+        with pytest.raises(ValueError, match="rows that are each contiguous"):
+            array.copy_from(columns_apart, stream=stream)
+        with pytest.raises(ValueError, match="rows that are each contiguous"):
+            array.copy_to(columns_apart)
+        array.copy_from(columns_apart)  # now: through a contiguous copy
+        array.close()
