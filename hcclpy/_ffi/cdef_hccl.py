@@ -1,4 +1,5 @@
-"""C declarations of the HCCL functions (``hccl/hccl.h`` and, on CANN 9.x, ``hccl/hccl_comm.h``).
+"""C declarations of the HCCL functions (``hccl/hccl.h`` and, on CANN 9.x, ``hccl/hccl_comm.h``,
+``hccl/hccl_res.h`` and ``hccl/hccl_rank_graph.h``).
 
 Parameter names, types, ``const`` and order follow the headers. ``HcclCommConfigInit`` is an inline
 function in the header, not an exported symbol: :mod:`hcclpy.config` re-implements it.
@@ -29,6 +30,13 @@ HcclResult HcclCommSuspend(HcclComm comm);
 HcclResult HcclCommResume(HcclComm comm);
 HcclResult HcclGroupStart(void);
 HcclResult HcclGroupEnd(void);
+HcclResult HcclGetRootInfoScalable(HcclRootInfo *rootInfo);
+HcclResult HcclCommInitRootInfoScalable(uint32_t nRanks, uint32_t nRoot, const HcclRootInfo *rootInfoList,
+                                        uint32_t rank, uint32_t nExtRoot, const HcclCommConfig *config,
+                                        HcclComm *comm);
+HcclResult HcclConfigGetInfo(HcclComm comm, HcclConfigType cfgType, uint32_t infoLen, void *info);
+HcclResult HcclGetHcclBuffer(HcclComm comm, void **buffer, uint64_t *size);
+HcclResult HcclGetHeterogMode(HcclComm comm, HcclHeterogMode *mode);
 
 HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
                          HcclComm comm, aclrtStream stream);
@@ -74,4 +82,7 @@ OPTIONAL = (
     "HcclGetCommConfigCapability", "HcclSetConfig", "HcclGetConfig", "HcclCommSuspend", "HcclCommResume",
     "HcclGroupStart", "HcclGroupEnd", "HcclAllGatherV", "HcclReduceScatterV", "HcclScatter", "HcclAlltoAll",
     "HcclAlltoAllVC", "HcclBatchSendRecv", "HcclBarrier",
+    # CANN 9.x
+    "HcclGetRootInfoScalable", "HcclCommInitRootInfoScalable", "HcclConfigGetInfo", "HcclGetHcclBuffer",
+    "HcclGetHeterogMode",
 )

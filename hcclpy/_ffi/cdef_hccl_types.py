@@ -1,4 +1,6 @@
-"""C declarations of ``hccl/hccl_types.h``, kept as data.
+"""C declarations of ``hccl/hccl_types.h``, kept as data, with the enums of CANN 9.x's
+``hccl/hccl_comm.h`` (``HcclConfigType``, ``HcclOpExpansionMode``) and ``hccl/hccl_rank_graph.h``
+(``HcclHeterogMode``) that the optional functions of :mod:`.cdef_hccl` take.
 
 Deliberate departures from the header:
 
@@ -60,6 +62,21 @@ typedef struct HcclCommConfigDef {
 } HcclCommConfig;
 
 typedef enum { HCCL_SEND = 0, HCCL_RECV = 1 } HcclSendRecvType;
+
+typedef enum {
+    HCCL_CONFIG_TYPE_INVALID = -1, HCCL_CONFIG_TYPE_OP_EXPANSION_MODE = 0, HCCL_CONFIG_TYPE_HCCL_ALGO = 1,
+    HCCL_CONFIG_TYPE_UB_MULTI_CHANNEL_NUM = 2, HCCL_CONFIG_TYPE_DETERMINISTIC = 3, HCCL_CONFIG_TYPE_UDI = 4
+} HcclConfigType;
+
+typedef enum {
+    HCCL_OP_EXPANSION_MODE_INVALID = -1, HCCL_OP_EXPANSION_MODE_AI_CPU = 0, HCCL_OP_EXPANSION_MODE_AIV = 1,
+    HCCL_OP_EXPANSION_MODE_HOST = 2, HCCL_OP_EXPANSION_MODE_HOST_TS = 3, HCCL_OP_EXPANSION_MODE_CCU_MS = 4,
+    HCCL_OP_EXPANSION_MODE_CCU_SCHED = 5, HCCL_OP_EXPANSION_AIV_ONLY = 6
+} HcclOpExpansionMode;
+
+typedef enum {
+    HCCL_HETEROG_MODE_INVALID = -1, HCCL_HETEROG_MODE_HOMOGENEOUS = 0, HCCL_HETEROG_MODE_MIX_A2_A3 = 1
+} HcclHeterogMode;
 
 typedef struct HcclSendRecvItemDef {
     HcclSendRecvType sendRecvType;

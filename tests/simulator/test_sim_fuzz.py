@@ -46,7 +46,9 @@ would crash just the same, so a crash would be correct behaviour.
   reads (vectors have 64 entries, more than the 16 a 4-rank matrix needs; ``itemNum``,
   ``rankNum`` and ``ndev`` never exceed their arrays; configs are allocated at full size with a
   random declared size); their contents are random.
-* ``HcclGetCommName`` gets a buffer of at least 128 bytes, as the API requires.
+* ``HcclGetCommName`` gets a buffer of at least 128 bytes, as the API requires; ``HcclConfigGetInfo``
+  an ``info`` buffer of at least ``infoLen`` bytes, and ``HcclCommInitRootInfoScalable`` a
+  ``rootInfoList`` of at least ``nRoot`` root infos.
 * The host-side operands of ``aclrtMemcpy[Async]`` (both for HOST_TO_HOST and DEFAULT, the source
   for HOST_TO_DEVICE, the destination for DEVICE_TO_HOST) are real host buffers and ``count``
   stays inside them; device pointers there (live or freed) are fine since they can be checked.
@@ -315,7 +317,8 @@ class Driver:
         offset); ``out`` (a fresh output cell of the parameter's type); ``buf`` (n bytes);
         ``cell`` (a ``void *`` cell holding a handle); ``outarr`` (n output handles); ``vec`` /
         ``u32arr`` / ``i32arr`` (host arrays, values repeated to the length); ``items``
-        (``HcclSendRecvItem`` array); ``ri`` (a root info); ``cfg`` (an ``HcclCommConfig``);
+        (``HcclSendRecvItem`` array); ``ri`` (a root info); ``rilist`` (an array of them);
+        ``cfg`` (an ``HcclCommConfig``);
         ``path`` (a file); ``str`` (a C string); ``bytes`` (a struct by value, from a string);
         ``cb`` (the callback); ``tid`` (this thread).
         """
@@ -378,6 +381,11 @@ class Driver:
             return items
         if tag == "ri":
             return self.root_info(spec[1], spec[2])
+        if tag == "rilist":
+            infos = ffi.new("HcclRootInfo[]", max(1, len(spec[1])))
+            for index, (_, base, patches) in enumerate(spec[1]):
+                ffi.memmove(infos + index, self.root_info(base, patches), ffi.sizeof("HcclRootInfo"))
+            return infos
         if tag == "cfg":
             return self.config(*spec[1:])
         if tag == "path":
@@ -576,7 +584,7 @@ class Driver:
                    "aclrtCreateEventExWithFlag": "event", "aclrtCreateContext": "context"}
         if name in created:
             self.reg[created[name]].append(self.address(args[0][0]))
-        elif name == "HcclGetRootInfo":
+        elif name in ("HcclGetRootInfo", "HcclGetRootInfoScalable"):
             self.reg["rootinfo"].append(bytes(ffi.buffer(args[0])))
         elif name.startswith("HcclCommInit") and name != "HcclCommInitAll":
             if self.depth > 0:
@@ -1093,6 +1101,26 @@ def items_call(r: Rand) -> Tuple[List[Any], int]:
     return [spec, item_num, getattr(comm(), kind)(r), getattr(stream(), kind)(r)], 3
 
 
+def scalable_init_call(r: Rand) -> Tuple[List[Any], int]:
+    """HcclCommInitRootInfoScalable: rootInfoList holds at least nRoot root infos when it is not NULL."""
+    if r.random() < 0.5:  # one rank, from one or several real root infos of this program
+        roots = [root_info_good(r) for _ in range(r.randint(1, 3))]
+        return [1, 1, ["rilist", roots], 0, 0, config().good(r), out().good(r)], -1
+    roots = lists(root_info_any, 1, 4)(r)
+    listed = ["null"] if r.random() < 0.1 else ["rilist", roots]
+    n_root = one_of(ints(0, len(roots)), u32)(r) if listed[0] == "null" else ints(0, len(roots))(r)
+    return [one_of(ints(0, 4), u32)(r), n_root, listed, one_of(ints(0, 3), u32)(r), one_of(just(0), u32)(r),
+            config().bad(r), out().bad(r)], -1
+
+
+def config_info_call(r: Rand) -> Tuple[List[Any], int]:
+    """HcclConfigGetInfo: the info buffer holds at least infoLen bytes when it is not NULL."""
+    info_len = one_of(sampled([0, 1, 3, 4, 5, 127, 128, 1599, 1600, 4096]), ints(0, 8192))(r)
+    info = ["null"] if r.random() < 0.1 else ["buf", max(1, info_len)]
+    kind = "good" if r.random() < 0.5 else "bad"
+    return [getattr(comm(), kind)(r), P(ints(0, 4), one_of(sampled([-1, 5, 255]), i32)).bad(r), info_len, info], -1
+
+
 def sub_comm_call(r: Rand) -> Tuple[List[Any], int]:
     """HcclCreateSubCommConfig: rankIds holds at least rankNum entries when it is not NULL."""
     kind = "good" if r.random() < 0.5 else "bad"
@@ -1217,6 +1245,13 @@ FUNCTIONS: Dict[str, Gen] = {
     "HcclRecv": call(dptr(), count(), dtype(), peer(), comm(), stream()),
     "HcclBatchSendRecv": Gen(items_call),
     "HcclBarrier": call(comm(), stream()),
+    "HcclGetRootInfoScalable": call(out()),
+    "HcclCommInitRootInfoScalable": Gen(scalable_init_call),
+    "HcclConfigGetInfo": Gen(config_info_call),
+    # The fixture communicators' HCCL buffer (400 MB) does not fit the child's devices: HCCL_E_OOM,
+    # unless a fuzzed config made a communicator with a small hcclBufferSize.
+    "HcclGetHcclBuffer": call(comm(), out(), out()),
+    "HcclGetHeterogMode": call(comm(), out()),
 
     "aclInit": call(P(null, builds(lambda s: ["str", s], sampled(["", "/no/such/file", "/dev/null",
                                                                   str(REPO / "pyproject.toml")])))),
@@ -1343,6 +1378,7 @@ def test_fuzz(child: FuzzChild, seed: int) -> None:
 # Hand-picked programs: corner cases worth running every time, and what the fuzzer found.
 # Step format: [function, [argument specs], stream index to synchronise after or -1, expected code].
 HCCL_E_PARA, HCCL_E_UNAVAIL, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_MEMORY_ALLOCATION = 1, 7, 100000, 207001
+HCCL_E_OOM = 24
 DEV0, DEV1, COMM1, COMM2, S0, S1 = ["dev", 0, 0], ["dev", 1, 0], ["reg", "comm", 0], ["reg", "comm", 1], \
     ["reg", "stream", 0], ["reg", "stream", 1]
 EV0, EV1 = ["reg", "event", 0], ["reg", "event", 1]
@@ -1471,6 +1507,24 @@ HAND_PICKED: Dict[str, List[Any]] = {
                                         ["cfg", "init", MASK64, None, None, {}, []], ["out"]], -1],
         ["HcclCommInitRootInfoConfig", [1, ["ri", ["fresh", 1], []], 0,
                                         ["cfg", "init", None, None, 2, {"hcclCommName": "n" * 128}, []], ["out"]], -1],
+    ],
+    "the CANN 9.x communicator functions: configuration items, the HCCL buffer, the scalable bootstrap": [
+        ["HcclGetHeterogMode", [COMM1, ["out"]], -1, 0],
+        ["HcclConfigGetInfo", [COMM1, 3, 4, ["buf", 4]], -1, 0],
+        ["HcclConfigGetInfo", [COMM1, 1, 1600, ["buf", 1600]], -1, 0],
+        ["HcclConfigGetInfo", [COMM1, 4, 127, ["buf", 127]], -1, HCCL_E_PARA],  # a string takes UDI_MAX_LENGTH
+        ["HcclConfigGetInfo", [COMM1, 2, 8, ["buf", 8]], -1, HCCL_E_PARA],  # a uint32_t takes exactly 4
+        ["HcclConfigGetInfo", [COMM1, 5, 4, ["buf", 4]], -1, HCCL_E_PARA],
+        ["HcclGetHcclBuffer", [COMM1, ["out"], ["out"]], -1, HCCL_E_OOM],  # 400 MB: more than a device here
+        ["HcclGetRootInfoScalable", [["out"]], -1, 0],
+        ["HcclCommInitRootInfoScalable", [2, 3, ["rilist", [["ri", ["fresh", i], []] for i in range(3)]], 0, 0,
+                                          ["cfg", "init", None, None, None, {}, []], ["out"]], -1, HCCL_E_PARA],
+        ["HcclCommInitRootInfoScalable", [1, 1, ["rilist", [["ri", ["fresh", 0], []]]], 0, 0,
+                                          ["cfg", "init", None, None, None, {"hcclBufferSize": 1}, []], ["out"]], -1,
+         0],
+        ["HcclGetHcclBuffer", [["reg", "comm", 3], ["out"], ["out"]], -1, 0],  # 2 MB
+        ["HcclGetHcclBuffer", [["reg", "comm", 3], ["out"], ["out"]], -1, 0],
+        ["HcclAllReduce", [DEV0, DEV1, 8, 4, 0, ["reg", "comm", 3], S0], 6, 0],
     ],
 }
 
