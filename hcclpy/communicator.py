@@ -9,7 +9,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -36,6 +36,41 @@ _AUTO_SUB_ID = 1 << 32
 _ABORT_GRACE = 5.0  # seconds aborted operations get to be released before destroy() reports them
 log = logging.getLogger("hcclpy")
 _NAME_BYTES = 128
+
+
+# HcclConfigGetInfo's items, by the name config_info() takes: the HcclConfigType, what `info` is
+# ("text", or the C type of a pointer to it) and infoLen (for a string, the least HCCL takes:
+# HCCL_COMM_ALGO_MAX_LENGTH, UDI_MAX_LENGTH).
+_CONFIG_ITEMS: Dict[str, Tuple[int, str, int]] = {
+    "op_expansion_mode": (0, "HcclOpExpansionMode *", 4), "algorithm": (1, "text", 1600),
+    "ub_multi_channel_num": (2, "uint32_t *", 4), "deterministic": (3, "uint32_t *", 4), "udi": (4, "text", 128),
+}
+# HcclOpExpansionMode (what HcclConfigGetInfo answers; not the numbering of the config's field).
+_EXPANSION_MODES = {-1: "invalid", 0: "ai_cpu", 1: "aiv", 2: "host", 3: "host_ts", 4: "ccu_ms", 5: "ccu_sched",
+                    6: "aiv_only"}
+_HETEROG_MODES = {-1: "invalid", 0: "homogeneous", 1: "mix_a2_a3"}
+
+
+def _root_infos(value: Sequence[Any], nranks: int) -> List[bytes]:
+    """The root infos of a scalable bootstrap, one per root, as bytes (checked before any C call)."""
+    roots = []
+    for index, info in enumerate(value):
+        if isinstance(info, RootInfo):
+            roots.append(info.to_bytes())
+            continue
+        try:
+            roots.append(RootInfo(info).to_bytes())
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"root_info[{index}]: {exc}") from None
+    if not roots or len(roots) > nranks:
+        raise ValueError(f"root_info lists {len(roots)} root infos; a communicator of {nranks} rank"
+                         f"{'s' * (nranks != 1)} takes 1 to {nranks} (one per root)")
+    for index, data in enumerate(roots):
+        if data in roots[:index]:
+            raise ValueError(f"root_info[{roots.index(data)}] and root_info[{index}] are the same root info: each "
+                             "root makes its own (RootInfo.generate(scalable=True)) and every rank lists them in "
+                             "the same order")
+    return roots
 
 
 def _named(config: Optional[CommConfig], name: str) -> Optional[CommConfig]:
@@ -137,6 +172,12 @@ class Communicator(CommCore):
         s.synchronize()
         comm.destroy()
 
+    Large jobs can bootstrap from several roots (``HcclCommInitRootInfoScalable``, CANN 9.x): each
+    root makes ``RootInfo.generate(scalable=True)``, and every rank passes the list of all roots'
+    infos, in the same order, as ``root_info``::
+
+        comm = hcclpy.Communicator(4096, [info_0, info_1, info_2, info_3], rank, device=local_rank)
+
     ``destroy()`` (or a ``with`` block) must be called on every rank: the garbage collector never
     destroys a communicator, it only warns. Operations are the methods below; each takes buffers
     first, then ``op``/``root``/``peer``, then the keyword-only ``stream`` (default: the device's
@@ -147,7 +188,8 @@ class Communicator(CommCore):
     nranks
         Number of ranks.
     root_info
-        The :class:`RootInfo` (or its bytes) from rank 0.
+        The :class:`RootInfo` (or its bytes) from rank 0; or a list of the root infos of the
+        scalable bootstrap, one per root (1 to ``nranks`` of them), the same list on every rank.
     rank
         This rank, in ``[0, nranks)``.
     config
@@ -157,6 +199,11 @@ class Communicator(CommCore):
 
     Raises
     ------
+    TypeError, ValueError
+        For a bad ``nranks``, ``rank`` or root info (a list that repeats one, or has more root
+        infos than ranks), before any C call.
+    UnsupportedError
+        For a list of root infos when the loaded HCCL has no ``HcclCommInitRootInfoScalable``.
     HcclError
         If initialisation fails (an ``HcclTimeoutError`` after ``HCCL_CONNECT_TIMEOUT`` if ranks are
         missing).
@@ -164,22 +211,37 @@ class Communicator(CommCore):
 
     __slots__ = ("_finalizer", "_splits", "_is_sub", "_config", "_destroying")
 
-    def __init__(self, nranks: int, root_info: Union[RootInfo, bytes], rank: int, *, config: ConfigLike = None,
-                 device: Optional[DeviceLike] = None) -> None:
+    def __init__(self, nranks: int, root_info: Union[RootInfo, bytes, List[Union[RootInfo, bytes]],
+                                                     Tuple[Union[RootInfo, bytes], ...]],
+                 rank: int, *, config: ConfigLike = None, device: Optional[DeviceLike] = None) -> None:
         nranks = _positive_int(nranks, "nranks")
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < nranks:
             raise ValueError(f"rank={rank!r} must be an int in [0, {nranks})")
-        info = root_info if isinstance(root_info, RootInfo) else RootInfo.from_bytes(root_info)
+        roots, one = None, None  # the scalable bootstrap's root infos, or the C root info
+        if isinstance(root_info, (list, tuple)):
+            roots = _root_infos(root_info, nranks)
+        else:
+            one = (root_info if isinstance(root_info, RootInfo) else RootInfo.from_bytes(root_info))._cdata()
         cfg = CommConfig.coerce(config)
         dev = _device_for(device)
         bound = _ffi.api()
+        if roots is not None and not bound.present["HcclCommInitRootInfoScalable"]:
+            raise UnsupportedError("a list of root infos needs HcclCommInitRootInfoScalable (CANN 9.x), which this "
+                                   "CANN does not provide: pass one RootInfo")
         out = _ffi.new("HcclComm *")
         with dev:
-            if cfg is not None:
-                rc = bound.HcclCommInitRootInfoConfig(nranks, info._cdata(), int(rank), cfg.to_c(), out)
+            if roots is not None:
+                listed = _ffi.new("HcclRootInfo[]", len(roots))
+                _ffi.buffer(listed)[:] = b"".join(roots)
+                # The function takes no NULL config: the default one, as HcclCommConfigInit makes it.
+                rc = bound.HcclCommInitRootInfoScalable(nranks, len(roots), listed, int(rank), 0,
+                                                        (cfg or CommConfig()).to_c(), out)
+                name = "HcclCommInitRootInfoScalable"
+            elif cfg is not None:
+                rc = bound.HcclCommInitRootInfoConfig(nranks, one, int(rank), cfg.to_c(), out)
                 name = "HcclCommInitRootInfoConfig"
             else:
-                rc, name = bound.HcclCommInitRootInfo(nranks, info._cdata(), int(rank), out), "HcclCommInitRootInfo"
+                rc, name = bound.HcclCommInitRootInfo(nranks, one, int(rank), out), "HcclCommInitRootInfo"
         _ffi.check_hccl(rc, name, context=f"creating rank {rank} of {nranks} on {dev!r}")
         if collectives.group_active():
             # HCCL creates grouped communicators at HcclGroupEnd, all at once.
@@ -445,6 +507,127 @@ class Communicator(CommCore):
                 "first_pending": min(waiting, default=None), "issued": max((r["seq"] for r in collectives), default=0),
                 "p2p_issued": max((r["p2p_seq"] for r in items if r["p2p_seq"] is not None), default=0),
                 "last_error": self.async_error(), "operations": _per_operation(items)}
+
+    # ----------------------------------------------------------------------- queries
+
+    def _handle_with(self, function: str, what: str) -> Any:
+        """The live handle, and the C library that has ``function`` (else UnsupportedError)."""
+        handle = self._live_handle()
+        if not self._api.present[function]:
+            raise UnsupportedError(f"{what} needs {function} (CANN 9.x), which this CANN does not provide")
+        return handle
+
+    def config_info(self, item: str) -> Union[str, int]:
+        """One item of the configuration HCCL runs the communicator with (``HcclConfigGetInfo``).
+
+        Parameters
+        ----------
+        item
+            ``"op_expansion_mode"``: where HCCL expands operations, by name: ``"ai_cpu"``,
+            ``"aiv"``, ``"host"``, ``"host_ts"``, ``"ccu_ms"``, ``"ccu_sched"``, ``"aiv_only"``
+            or ``"invalid"`` (HCCL's ``HcclOpExpansionMode``, which numbers the modes unlike
+            :attr:`CommConfig.op_expansion_mode`; ``"host"`` by default on the simulator, which
+            expands every operation on the host).
+            ``"algorithm"``: the algorithm selection string (:attr:`CommConfig.algorithm`, else
+            ``HCCL_ALGO``; ``""`` without either). ``"ub_multi_channel_num"``: the number of UB
+            channels a transfer uses (int). ``"deterministic"``: 0 off, 1 on, 2 strict ordering
+            (:attr:`CommConfig.deterministic`, else ``HCCL_DETERMINISTIC``). ``"udi"``: the
+            user-defined information of the config (:attr:`CommConfig.udi`; ``""`` without one).
+
+        Returns
+        -------
+        str or int
+            The item's value.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``item`` (before any C call), or a destroyed communicator.
+        UnsupportedError
+            When the loaded HCCL has no ``HcclConfigGetInfo``.
+        HcclError
+            When this HCCL does not answer the item (the first releases knew
+            ``op_expansion_mode`` only).
+
+        Examples
+        --------
+        >>> comm.config_info("op_expansion_mode")
+        'host'
+        >>> comm.config_info("deterministic")
+        0
+        """
+        entry = _CONFIG_ITEMS.get(item) if isinstance(item, str) else None
+        if entry is None:
+            raise ValueError(f"item={item!r} must be one of {', '.join(map(repr, _CONFIG_ITEMS))}")
+        handle = self._handle_with("HcclConfigGetInfo", "Communicator.config_info")
+        code, kind, size = entry
+        info = _ffi.new("char[]", size) if kind == "text" else _ffi.new(kind)
+        _ffi.check_hccl(self._api.HcclConfigGetInfo(handle, code, size, info), "HcclConfigGetInfo",
+                        context=f"{item} of '{self._name}'")
+        if kind == "text":
+            return _ffi.string(info)
+        value = int(info[0])
+        return _EXPANSION_MODES.get(value, f"unknown ({value})") if code == 0 else value
+
+    def hccl_buffer(self) -> Tuple[int, int]:
+        """The address and size in bytes of the communicator's HCCL buffer on this rank
+        (``HcclGetHcclBuffer``): device memory of its device that HCCL owns.
+
+        The first call makes the buffer (twice :attr:`CommConfig.buffer_size_mb`, else
+        ``HCCL_BUFFSIZE``: 400 MB by default); later calls return the same one, until the
+        communicator is destroyed, which frees it. Operations take it as a ``(ptr, count,
+        dtype)`` buffer. HCCL lets a communicator have this buffer or registered user memory,
+        not both. Never free it.
+
+        Returns
+        -------
+        tuple of int
+            ``(address, nbytes)``.
+
+        Raises
+        ------
+        ValueError
+            For a destroyed communicator.
+        UnsupportedError
+            When the loaded HCCL has no ``HcclGetHcclBuffer``.
+        HcclError
+            When HCCL cannot make the buffer (``HCCL_E_OOM`` if the device lacks the memory).
+
+        Examples
+        --------
+        >>> address, nbytes = comm.hccl_buffer()
+        >>> comm.all_reduce((address, 1024, "float32"), stream=s)   # in place, in HCCL's buffer
+        """
+        handle = self._handle_with("HcclGetHcclBuffer", "Communicator.hccl_buffer")
+        address, size = _ffi.new("void **"), _ffi.new("uint64_t *")
+        with self._device:  # HCCL makes the buffer on the calling thread's current device
+            rc = self._api.HcclGetHcclBuffer(handle, address, size)
+        _ffi.check_hccl(rc, "HcclGetHcclBuffer", context=f"the HCCL buffer of '{self._name}'")
+        return _ffi.address(address[0]), int(size[0])
+
+    @property
+    def heterogeneous_mode(self) -> str:
+        """How the chips of the communicator's ranks mix (``HcclGetHeterogMode``):
+        ``"homogeneous"`` (one chip type on every rank; always on the simulator), ``"mix_a2_a3"``
+        (Atlas A2 and A3 chips together) or ``"invalid"``.
+
+        Raises
+        ------
+        ValueError
+            For a destroyed communicator.
+        UnsupportedError
+            When the loaded HCCL has no ``HcclGetHeterogMode``.
+
+        Examples
+        --------
+        >>> comm.heterogeneous_mode
+        'homogeneous'
+        """
+        handle = self._handle_with("HcclGetHeterogMode", "Communicator.heterogeneous_mode")
+        mode = _ffi.new("HcclHeterogMode *")
+        _ffi.check_hccl(self._api.HcclGetHeterogMode(handle, mode), "HcclGetHeterogMode",
+                        context=f"the heterogeneous mode of '{self._name}'")
+        return _HETEROG_MODES.get(int(mode[0]), f"unknown ({int(mode[0])})")
 
     def abort(self) -> None:
         """Stop the communicator on this rank, from any thread (``HcclCommSuspend``).

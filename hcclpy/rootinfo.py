@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from . import _ffi
+from .errors import UnsupportedError
 from .runtime import Device
 from .runtime._device import DeviceLike
 
@@ -37,12 +38,26 @@ class RootInfo:
         self._data = data
 
     @classmethod
-    def generate(cls, device: Optional[DeviceLike] = None) -> RootInfo:
-        """Call ``HcclGetRootInfo`` (on ``device``, default: the thread's current device, else 0)."""
+    def generate(cls, device: Optional[DeviceLike] = None, *, scalable: bool = False) -> RootInfo:
+        """Call ``HcclGetRootInfo`` (on ``device``, default: the thread's current device, else 0).
+
+        With ``scalable=True``, call ``HcclGetRootInfoScalable`` instead (CANN 9.x): each root of
+        a scalable bootstrap makes its own, and every rank passes the list of them to
+        :class:`hcclpy.Communicator` as ``root_info``.
+
+        Raises
+        ------
+        UnsupportedError
+            For ``scalable=True`` when the loaded HCCL has no ``HcclGetRootInfoScalable``.
+        """
         bound = _ffi.api()
+        function = "HcclGetRootInfoScalable" if scalable else "HcclGetRootInfo"
+        if not bound.present[function]:
+            raise UnsupportedError(f"RootInfo.generate(scalable=True) needs {function} (CANN 9.x), which this CANN "
+                                   "does not provide")
         info = _ffi.new("HcclRootInfo *")
         with Device(device) if device is not None else (Device.current() or Device(0)):
-            _ffi.check_hccl(bound.HcclGetRootInfo(info), "HcclGetRootInfo")
+            _ffi.check_hccl(getattr(bound, function)(info), function)
         return cls(bytes(_ffi.buffer(info)))
 
     @classmethod

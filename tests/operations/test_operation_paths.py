@@ -122,7 +122,8 @@ def _every_operation(rank: int, size: int, info: bytes, path_name: str, dtype: s
         path.run("batch_send_recv", [("send", path.buffer(mine), after), ("recv", out, before)])
         check("batch_send_recv", out, inputs[before])
         # Items to the rank itself among them: its k-th send to itself lands in its k-th receive from itself.
-        out, mirror, head = path.buffer(np.zeros_like(mine)), path.buffer(np.zeros_like(mine)), path.buffer(mine[:2] * 0)
+        out, mirror = path.buffer(np.zeros_like(mine)), path.buffer(np.zeros_like(mine))
+        head = path.buffer(np.zeros_like(mine[:2]))
         path.run("batch_send_recv", [("send", path.buffer(mine), rank), ("send", path.buffer(mine), after),
                                      ("recv", out, before), ("send", path.buffer(mine[:2]), rank),
                                      ("recv", mirror, rank), ("recv", head, rank)])
