@@ -376,7 +376,8 @@ static aclError synchronize_device(int32_t timeout_ms)
 
 SIM_EXPORT aclError aclrtSynchronizeDevice(void)
 {
-    return synchronize_device(-1);
+    int err = sim_capture_unsafe("aclrtSynchronizeDevice");
+    return err != ACL_SUCCESS ? err : synchronize_device(-1);
 }
 
 SIM_EXPORT aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
@@ -384,7 +385,8 @@ SIM_EXPORT aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
     if (timeout < -1)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeDeviceWithTimeout: timeout %d must be -1 or >= 0",
                          (int)timeout);
-    return synchronize_device(timeout);
+    int err = sim_capture_unsafe("aclrtSynchronizeDeviceWithTimeout");
+    return err != ACL_SUCCESS ? err : synchronize_device(timeout);
 }
 
 /* --------------------------------------------------------------- contexts */
@@ -463,6 +465,7 @@ void sim_runtime_after_fork(void)
     sim_event_after_fork();
     sim_memory_after_fork();
     sim_ipc_after_fork();
+    sim_capture_after_fork();
 }
 
 /* ------------------------------------------------------------------ peer access */

@@ -38,6 +38,9 @@ struct sim_event {
     ipc_event_page_t *page;    /* IPC events: the shared page, once a handle was taken or opened */
     int page_fd;               /* in the exporting process */
     bool opened;               /* opened from another process's handle: waited for, never recorded */
+    sim_model_t *captured;     /* referenced: the model whose capture recorded it last (capture.c) */
+    sim_stream_t *captured_stream; /* ... on this stream, */
+    uint64_t captured_position;    /* ... at this position of the capture */
     void *handle;
     int device;                /* of the context it was created in */
     size_t listed_at;          /* index in its device's list, while `listed` */
@@ -66,6 +69,8 @@ static void event_unref(sim_event_t *event)
             munmap(event->page, sizeof *event->page);
         if (event->page_fd >= 0)
             close(event->page_fd);
+        if (event->captured != NULL)
+            sim_model_unref(event->captured);
         if (event->stream != NULL)
             sim_stream_unref(event->stream);
         pthread_mutex_destroy(&event->lock);
@@ -321,6 +326,17 @@ static int check_sync_flag(const sim_event_t *event, bool reset, const char *api
     return ACL_SUCCESS;
 }
 
+static int replay_record(const sim_task_t *task, sim_stream_t *stream);
+
+/* The model of a capture under way that recorded `event` last, or NULL. */
+static sim_model_t *captured_by(sim_event_t *event)
+{
+    pthread_mutex_lock(&event->lock);
+    sim_model_t *model = event->captured;
+    pthread_mutex_unlock(&event->lock);
+    return model != NULL && sim_capture_active(model) ? model : NULL;
+}
+
 static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
 {
     if (event->opened)
@@ -335,6 +351,7 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
     task->base.run = run_record;
     task->base.cancel = cancel_record;
     task->base.release = release_event_task;
+    task->base.replay = replay_record;
     task->base.name = reset ? "reset event" : "record event";
     task->event = event;
     task->reset = reset;
@@ -342,6 +359,27 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
     /* The lock keeps the record number, the stream index and the queue order
      * consistent when two threads record the same event. */
     pthread_mutex_lock(&event->lock);
+    sim_model_t *model = sim_stream_capture(stream);
+    if (model != NULL || sim_stream_updating(stream)) {
+        /* Recorded, not run: the record counts when the model is executed (replay_record). */
+        sim_stream_enqueue(stream, &task->base);
+        if (model != NULL && !reset) {
+            if (event->captured != model) {
+                sim_model_ref(model);
+                if (event->captured != NULL)
+                    sim_model_unref(event->captured);
+                event->captured = model;
+            }
+            event->captured_stream = stream;
+            event->captured_position = sim_capture_position(model, stream);
+        }
+        pthread_mutex_unlock(&event->lock);
+        return ACL_SUCCESS;
+    }
+    if (event->captured != NULL && !reset) { /* recorded for real again */
+        sim_model_unref(event->captured);
+        event->captured = NULL;
+    }
     if (!reset) {
         task->number = ++event->recorded;
         if (event->page != NULL)
@@ -359,6 +397,12 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
      * leave out the time spent queueing them. */
     sim_stream_start(stream, place);
     return ACL_SUCCESS;
+}
+
+static int replay_record(const sim_task_t *task, sim_stream_t *stream)
+{
+    const event_task_t *record = (const event_task_t *)task;
+    return record_on(record->event, stream, record->reset);
 }
 
 static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, bool reset, const char *api)
@@ -492,8 +536,18 @@ static void release_wait(sim_task_t *task)
     free(wait);
 }
 
+static int replay_wait(const sim_task_t *task, sim_stream_t *stream);
+
 static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
 {
+    sim_model_t *model = captured_by(event);
+    if (model != NULL) { /* work of the capture: the stream joins it, or the origin rejoins a branch */
+        pthread_mutex_lock(&event->lock);
+        sim_stream_t *recorder = event->captured_stream;
+        uint64_t position = event->captured_position;
+        pthread_mutex_unlock(&event->lock);
+        sim_capture_waits(model, stream, recorder, position);
+    }
     /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
     wait_task_t *task = malloc(sizeof *task);
     if (task == NULL)
@@ -501,12 +555,18 @@ static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
     *task = (wait_task_t){0};
     task->base.run = run_wait;
     task->base.release = release_wait;
+    task->base.replay = replay_wait;
     task->base.name = "wait event";
     task->event = event;
     atomic_fetch_add(&event->refs, 1);
     task->target = snapshot(event);
     sim_stream_enqueue(stream, &task->base);
     return ACL_SUCCESS;
+}
+
+static int replay_wait(const sim_task_t *task, sim_stream_t *stream)
+{
+    return wait_on(stream, ((const wait_task_t *)task)->event);
 }
 
 SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent handle)
@@ -531,6 +591,10 @@ static aclError synchronize(aclrtEvent handle, int32_t timeout_ms, const char *a
     sim_event_t *event = lookup(handle, api, &err);
     if (event == NULL)
         return err;
+    if ((err = sim_capture_refuse_event(captured_by(event), api)) != ACL_SUCCESS) {
+        event_unref(event);
+        return err;
+    }
     target_t target = snapshot(event);
     int64_t deadline = timeout_ms < 0 ? SIM_NO_DEADLINE : sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS;
     int rc = wait_for(event, &target, deadline);
@@ -580,6 +644,10 @@ SIM_EXPORT aclError aclrtQueryEventStatus(aclrtEvent handle, aclrtEventRecordedS
     sim_event_t *event = lookup(handle, "aclrtQueryEventStatus", &err);
     if (event == NULL)
         return err;
+    if ((err = sim_capture_refuse_event(captured_by(event), "aclrtQueryEventStatus")) != ACL_SUCCESS) {
+        event_unref(event);
+        return err;
+    }
     bool complete = is_complete(event);
     *status = complete ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
     err = complete ? failure(event, "aclrtQueryEventStatus") : ACL_SUCCESS;
@@ -595,6 +663,10 @@ SIM_EXPORT aclError aclrtQueryEvent(aclrtEvent handle, aclrtEventStatus *status)
     sim_event_t *event = lookup(handle, "aclrtQueryEvent", &err);
     if (event == NULL)
         return err;
+    if ((err = sim_capture_refuse_event(captured_by(event), "aclrtQueryEvent")) != ACL_SUCCESS) {
+        event_unref(event);
+        return err;
+    }
     bool complete = is_complete(event);
     *status = complete ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
     err = complete ? failure(event, "aclrtQueryEvent") : ACL_SUCCESS;

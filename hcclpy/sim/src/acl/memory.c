@@ -747,6 +747,8 @@ int sim_check_set(const char *api, void *devPtr, size_t maxCount, size_t count)
 SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)
 {
     int err = sim_check_copy("aclrtMemcpy", dst, destMax, src, count, kind);
+    if (err == ACL_SUCCESS)
+        err = sim_capture_unsafe("aclrtMemcpy");
     if (err == ACL_SUCCESS && count > 0) {
         bool streaming = count >= SIM_STREAMING_COPY_BYTES && sim_pointer_device(dst, NULL) < 0;
         sim_copy(dst, src, count, streaming);
@@ -759,6 +761,8 @@ SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size
 SIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     int err = sim_check_set("aclrtMemset", devPtr, maxCount, count);
+    if (err == ACL_SUCCESS)
+        err = sim_capture_unsafe("aclrtMemset");
     if (err == ACL_SUCCESS && count > 0)
         memset(devPtr, value & 0xFF, count);
     return err;

@@ -43,6 +43,42 @@ void sim_arena_reset(sim_arena_t *arena);
 int sim_pointer_device(const void *ptr, uint64_t *room);
 bool sim_host_pinned(const void *ptr, uint64_t bytes);
 
+/* capture.c: stream capture into model run instances (see there) */
+typedef struct sim_model sim_model_t;
+struct sim_task_group;
+/* The model `stream` records into, or NULL (stream.c). */
+sim_model_t *sim_stream_capture(sim_stream_t *stream);
+void sim_stream_set_capture(sim_stream_t *stream, sim_model_t *model);
+bool sim_stream_is_default(const sim_stream_t *stream);
+/* The capture position where the task group open on `stream` starts (0: none). */
+uint64_t sim_stream_group_start(sim_stream_t *stream);
+void sim_stream_set_group_start(sim_stream_t *stream, uint64_t first);
+/* Make `stream` update `group` (NULL: stop); false if it updates one already. */
+bool sim_stream_set_update(sim_stream_t *stream, struct sim_task_group *group);
+/* Whether `stream` updates a task group: its tasks replace the group's instead of running. */
+bool sim_stream_updating(sim_stream_t *stream);
+bool sim_capture_take(sim_model_t *model, sim_stream_t *stream, sim_task_t *task);
+bool sim_update_begin(sim_stream_t *stream, struct sim_task_group *group);
+bool sim_update_take(sim_stream_t *stream, sim_task_t *task);
+uint64_t sim_capture_count(sim_model_t *model);
+/* The capture position of the last task `stream` gave `model` (0: none). */
+uint64_t sim_capture_position(sim_model_t *model, sim_stream_t *stream);
+/* `waiter` waits for an event `recorder` recorded in `model`'s capture at `position`: a stream
+ * outside the capture joins it, the origin waiting rejoins `recorder`. */
+void sim_capture_waits(sim_model_t *model, sim_stream_t *waiter, sim_stream_t *recorder, uint64_t position);
+/* Whether `model` is still being captured (or was invalidated and not yet ended). */
+bool sim_capture_active(sim_model_t *model);
+void sim_model_ref(sim_model_t *model);
+void sim_model_unref(sim_model_t *model);
+/* ACL_SUCCESS, or refuses an unsafe call (`api`) that a capture under way forbids to this thread,
+ * invalidating that capture. */
+int sim_capture_unsafe(const char *api);
+/* ACL_SUCCESS, or refuses `api` (a synchronisation or query) on a capturing stream. */
+int sim_capture_refuse_on(sim_stream_t *stream, const char *api);
+/* ACL_SUCCESS, or refuses to wait for an event recorded in `model`'s capture under way. */
+int sim_capture_refuse_event(sim_model_t *model, const char *api);
+void sim_capture_after_fork(void);
+
 /* ipc.c */
 /* The device of memory imported from another process that holds `ptr` (and the bytes left in
  * it), or -1. */

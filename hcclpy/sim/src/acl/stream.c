@@ -61,9 +61,56 @@ struct sim_stream {
     char error_text[1024];
 
     _Atomic int failure_mode;       /* aclrtSetStreamFailureMode; FAILURE_MODE_UNSET until then */
+    _Atomic(sim_model_t *) capture; /* the model its work goes to while it captures (capture.c) */
+    _Atomic(struct sim_task_group *) updating; /* the task group its work replaces (capture.c) */
+    uint64_t group_start;           /* the capture position where its open task group starts */
     _Atomic uint64_t report_thread; /* aclrtSubscribeReport */
     int32_t id;                     /* aclrtStreamGetId */
 };
+
+sim_model_t *sim_stream_capture(sim_stream_t *stream)
+{
+    return atomic_load(&stream->capture);
+}
+
+void sim_stream_set_capture(sim_stream_t *stream, sim_model_t *model)
+{
+    atomic_store(&stream->capture, model);
+    if (model == NULL)
+        stream->group_start = 0;
+}
+
+bool sim_stream_is_default(const sim_stream_t *stream)
+{
+    return stream->is_default;
+}
+
+uint64_t sim_stream_group_start(sim_stream_t *stream)
+{
+    return stream->group_start;
+}
+
+void sim_stream_set_group_start(sim_stream_t *stream, uint64_t first)
+{
+    stream->group_start = first;
+}
+
+bool sim_stream_set_update(sim_stream_t *stream, struct sim_task_group *group)
+{
+    if (group == NULL) {
+        atomic_store(&stream->updating, NULL);
+        return true;
+    }
+    struct sim_task_group *none = NULL;
+    if (atomic_load(&stream->updating) != NULL || !sim_update_begin(stream, group))
+        return false;
+    return atomic_compare_exchange_strong(&stream->updating, &none, group);
+}
+
+bool sim_stream_updating(sim_stream_t *stream)
+{
+    return atomic_load(&stream->updating) != NULL;
+}
 
 /* Stream ids, in creation order: ids are never reused in a process, so an id names one stream. */
 static _Atomic int32_t g_next_stream_id;
@@ -259,6 +306,11 @@ static void *worker_main(void *arg)
 
 uint64_t sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task)
 {
+    sim_model_t *model = atomic_load(&stream->capture);
+    if (model != NULL && sim_capture_take(model, stream, task))
+        return 0;
+    if (atomic_load(&stream->updating) != NULL && sim_update_take(stream, task))
+        return 0;
     int64_t now = sim_now_ns();
     task->next = NULL;
     task->enqueued_ns = now;
@@ -595,7 +647,9 @@ SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream handle)
     sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
-    err = sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
+    err = sim_capture_refuse_on(stream, "aclrtSynchronizeStream");
+    if (err == ACL_SUCCESS)
+        err = sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
     sim_stream_unref(stream);
     return err;
 }
@@ -609,7 +663,9 @@ SIM_EXPORT aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_
     sim_stream_t *stream = sim_stream_acquire(handle, &err);
     if (stream == NULL)
         return err;
-    if (timeout == 0) {
+    if ((err = sim_capture_refuse_on(stream, "aclrtSynchronizeStreamWithTimeout")) != ACL_SUCCESS) {
+        /* refused */
+    } else if (timeout == 0) {
         /* Only asks whether the work is done: nothing is run or waited for. */
         if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued))
             err = sim_error(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "the stream still has work queued");
@@ -633,7 +689,9 @@ SIM_EXPORT aclError aclrtStreamQuery(aclrtStream handle, aclrtStreamStatus *stat
         return err;
     /* Only looks: nothing is run or waited for.  A failed stream's error is reported here, as
      * by a synchronisation, once its work has ended. */
-    if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued)) {
+    if ((err = sim_capture_refuse_on(stream, "aclrtStreamQuery")) != ACL_SUCCESS) {
+        *status = ACL_STREAM_STATUS_NOT_READY;
+    } else if (atomic_load(&stream->completed) < atomic_load(&stream->enqueued)) {
         *status = ACL_STREAM_STATUS_NOT_READY;
     } else {
         err = sim_stream_sync_to(stream, 0, SIM_NO_DEADLINE);
@@ -718,6 +776,22 @@ static void free_task(sim_task_t *task)
     free(task);
 }
 
+/* Replay (capture.c) of a task that is all in its own struct of `size` bytes: a copy of it. */
+static int replay_copy_of(const sim_task_t *task, sim_stream_t *stream, size_t size)
+{
+    sim_task_t *copy = malloc(size);
+    if (copy == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying a %s", task->name);
+    memcpy(copy, task, size);
+    sim_stream_enqueue(stream, copy);
+    return ACL_SUCCESS;
+}
+
+static int replay_copy_task(const sim_task_t *task, sim_stream_t *stream)
+{
+    return replay_copy_of(task, stream, sizeof(copy_task_t));
+}
+
 static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t *, int64_t), void *dst,
                                     const void *src, size_t count, int value, bool wait, bool streaming)
 {
@@ -728,14 +802,14 @@ static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t 
     *task = (copy_task_t){0};
     task->base.run = run;
     task->base.release = free_task;
+    task->base.replay = replay_copy_task;
     task->base.name = run == run_copy ? "memcpy" : "memset";
     task->dst = dst;
     task->src = src;
     task->count = count;
     task->value = value;
     task->streaming = streaming;
-    sim_stream_enqueue(stream, &task->base);
-    if (!wait)
+    if (sim_stream_enqueue(stream, &task->base) == 0 || !wait) /* (captured: nothing to wait for) */
         return ACL_SUCCESS;
     return sim_stream_sync_to(stream, atomic_load(&stream->enqueued), SIM_NO_DEADLINE);
 }
@@ -754,7 +828,10 @@ SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src,
         bool dst_host = sim_pointer_device(dst, NULL) < 0, src_host = sim_pointer_device(src, NULL) < 0;
         bool pageable = (dst_host && !sim_host_pinned(dst, count)) || (src_host && !sim_host_pinned(src, count));
         bool streaming = dst_host && count >= SIM_STREAMING_COPY_BYTES;
-        err = enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable, streaming);
+        if (pageable)
+            err = sim_capture_unsafe("aclrtMemcpyAsync of pageable host memory");
+        if (err == ACL_SUCCESS)
+            err = enqueue_copy_or_set(stream, run_copy, dst, src, count, 0, pageable, streaming);
     }
     sim_stream_unref(stream);
     return err;
@@ -797,10 +874,17 @@ static int run_copy_2d(sim_task_t *task, int64_t deadline)
     return SIM_TASK_DONE;
 }
 
+static int replay_copy_2d_task(const sim_task_t *task, sim_stream_t *stream)
+{
+    return replay_copy_of(task, stream, sizeof(copy_2d_task_t));
+}
+
 SIM_EXPORT aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                   size_t height, aclrtMemcpyKind kind)
 {
     int err = sim_check_copy_2d("aclrtMemcpy2d", dst, dpitch, src, spitch, width, height, kind);
+    if (err == ACL_SUCCESS)
+        err = sim_capture_unsafe("aclrtMemcpy2d");
     if (err == ACL_SUCCESS)
         copy_rows(dst, dpitch, src, spitch, width, height);
     return err;
@@ -824,6 +908,7 @@ SIM_EXPORT aclError aclrtMemcpy2dAsync(void *dst, size_t dpitch, const void *src
         *task = (copy_2d_task_t){0};
         task->base.run = run_copy_2d;
         task->base.release = free_task;
+        task->base.replay = replay_copy_2d_task;
         task->base.name = "memcpy2d";
         task->dst = dst;
         task->src = src;
@@ -851,6 +936,11 @@ static int run_host_func(sim_task_t *task, int64_t deadline)
     return SIM_TASK_DONE;
 }
 
+static int replay_host_func(const sim_task_t *task, sim_stream_t *stream)
+{
+    return replay_copy_of(task, stream, sizeof(host_func_task_t));
+}
+
 SIM_EXPORT aclError aclrtLaunchHostFunc(aclrtStream handle, aclrtHostFunc fn, void *args)
 {
     if (fn == NULL)
@@ -867,6 +957,7 @@ SIM_EXPORT aclError aclrtLaunchHostFunc(aclrtStream handle, aclrtHostFunc fn, vo
     *task = (host_func_task_t){0};
     task->base.run = run_host_func;
     task->base.release = free_task;
+    task->base.replay = replay_host_func;
     task->base.name = "host function";
     task->fn = fn;
     task->args = args;
@@ -1031,6 +1122,16 @@ static void free_callback_task(sim_task_t *task)
 }
 
 static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                               sim_stream_t *stream);
+
+static int replay_callback(const sim_task_t *task, sim_stream_t *stream)
+{
+    const callback_task_t *cb = (const callback_task_t *)task;
+    return launch_callback(cb->report->fn, cb->report->user_data,
+                           cb->report->blocking ? ACL_CALLBACK_BLOCK : ACL_CALLBACK_NO_BLOCK, stream);
+}
+
+static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
                                sim_stream_t *stream)
 {
     uint64_t thread = atomic_load(&stream->report_thread);
@@ -1049,6 +1150,7 @@ static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackB
     report->blocking = blockType == ACL_CALLBACK_BLOCK;
     task->base.run = run_callback;
     task->base.release = free_callback_task;
+    task->base.replay = replay_callback;
     task->base.name = "callback";
     task->thread = thread;
     task->report = report;

@@ -77,7 +77,7 @@ SIM_EXPORT bool sim_parse_size(const char *text, uint64_t *out) SIM_LINK_NAME(si
 /* Every handle given to a caller (stream, event, context, communicator) is an
  * index into one table plus a generation, never a raw pointer: a stale or
  * random handle is detected without dereferencing anything. */
-enum sim_kind { SIM_KIND_STREAM = 1, SIM_KIND_EVENT, SIM_KIND_CONTEXT, SIM_KIND_COMM };
+enum sim_kind { SIM_KIND_STREAM = 1, SIM_KIND_EVENT, SIM_KIND_CONTEXT, SIM_KIND_COMM, SIM_KIND_MODEL, SIM_KIND_TASK_GROUP };
 
 SIM_EXPORT void *sim_handle_new(enum sim_kind kind, void *object) SIM_LINK_NAME(sim_handle_new);
 /* The object of a live handle, without a reference: only for objects nobody
@@ -180,6 +180,7 @@ static inline void sim_stream_lines(void *dst, const void *src, size_t lines)
 /* ---------------------------------------------------------------- streams */
 
 typedef struct sim_task sim_task_t;
+typedef struct sim_stream sim_stream_t;
 
 /* A task returns SIM_TASK_DONE, SIM_TASK_AGAIN (it must wait and the caller's
  * deadline has passed: its state is kept and it is resumed later, possibly by
@@ -193,11 +194,14 @@ struct sim_task {
     void (*release)(sim_task_t *task);
     /* Called instead of run() when the stream has already failed with `error` (`why` says how). */
     void (*cancel)(sim_task_t *task, int error, const char *why);
+    /* Stream capture (acl/capture.c) keeps a captured task as it was queued, never run; this
+     * queues a fresh copy of it on `stream`, doing what the call that queued it did then (event
+     * bookkeeping, HCCL sequence numbers).  Returns 0 or an error code (recorded). */
+    int (*replay)(const sim_task_t *task, sim_stream_t *stream);
     const char *name;
     int64_t enqueued_ns; /* set by sim_stream_enqueue */
 };
 
-typedef struct sim_stream sim_stream_t;
 
 /* Resolves a stream handle (NULL means the current context's default stream)
  * and takes a reference, dropped with sim_stream_unref: the stream's memory
@@ -206,7 +210,9 @@ typedef struct sim_stream sim_stream_t;
 SIM_EXPORT sim_stream_t *sim_stream_acquire(const void *handle, int *err) SIM_LINK_NAME(sim_stream_acquire);
 SIM_EXPORT int sim_stream_device(const sim_stream_t *stream) SIM_LINK_NAME(sim_stream_device);
 /* Queues a task; the stream takes ownership (it calls task->release).
- * Returns the task's place in the stream (1-based, as `target` below). */
+ * Returns the task's place in the stream (1-based, as `target` below), or 0 when the stream
+ * captures (or updates a captured task group): the capture keeps the task, unrun, and the
+ * caller undoes what queueing it counted (sim_stream_start ignores place 0). */
 SIM_EXPORT uint64_t sim_stream_enqueue(sim_stream_t *stream, sim_task_t *task) SIM_LINK_NAME(sim_stream_enqueue);
 /* Runs the task at `place` in the calling thread if it is next and no one
  * else runs the stream, until it would wait (with no deadline to wait for);

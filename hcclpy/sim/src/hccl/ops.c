@@ -14,6 +14,8 @@ static void release_op(sim_task_t *task)
     hccl_op_free((op_task_t *)task);
 }
 
+static int replay_op(const sim_task_t *task, sim_stream_t *stream);
+
 op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type)
 {
     /* Per-call objects are zeroed by an assignment, not by calloc: glibc's calloc skips the
@@ -26,6 +28,7 @@ op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type)
     op->base.run = hccl_op_run;
     op->base.cancel = hccl_op_cancel;
     op->base.release = release_op;
+    op->base.replay = replay_op;
     op->base.name = hccl_cmd_name(type);
     op->comm = comm;
     op->stream = stream;
@@ -56,12 +59,69 @@ void hccl_op_submit(op_task_t *op)
     bool eager = hccl_op_is_eager(op);
     atomic_fetch_add(&comm->pending, 1);
     uint64_t place = sim_stream_enqueue(stream, &op->base);
+    if (place == 0) {
+        /* Captured (acl/capture.c): it runs when the model is executed, numbered then; nothing
+         * is pending, and the numbers it took go back (the lock kept them the newest). */
+        atomic_fetch_sub(&comm->pending, 1);
+        comm->next_lseq--;
+        if (hccl_cmd_is_collective(op->type))
+            comm->next_cseq--;
+        else
+            atomic_fetch_sub(&comm->next_pseq, 1);
+        eager = false;
+    }
     pthread_mutex_unlock(&comm->lock);
     /* A small collective on an idle stream announces itself and posts its data now (and finishes, if
      * the peers are there), instead of when the stream is synchronised: the peers that wait for it go
      * on that much earlier.  The op may already be done and freed: only the stream is used. */
     if (eager)
         sim_stream_start(stream, place);
+}
+
+/* Queue on `stream` a fresh copy of a captured operation, numbered as the call that made it
+ * would number it now: every rank replays its model's operations in the same order, so the
+ * copies match across ranks as the originals would have. */
+static int replay_op(const sim_task_t *task, sim_stream_t *stream)
+{
+    const op_task_t *src = (const op_task_t *)task;
+    hccl_comm_t *comm = src->comm;
+    if (sim_handle_get(comm->handle, SIM_KIND_COMM) != comm)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclmdlRIExecuteAsync: the communicator of a captured %s was "
+                         "destroyed (destroy the model first, or execute it before)", hccl_cmd_name(src->type));
+    if (sim_stream_device(stream) != comm->device)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclmdlRIExecuteAsync: the stream belongs to device %d but the "
+                         "captured %s's communicator to device %d", sim_stream_device(stream),
+                         hccl_cmd_name(src->type), comm->device);
+    op_task_t *op = hccl_op_new(comm, stream, src->type);
+    if (op == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying %s", hccl_cmd_name(src->type));
+    op->send = src->send, op->recv = src->recv;
+    op->send_offset = src->send_offset, op->recv_offset = src->recv_offset;
+    op->count = src->count, op->recv_count = src->recv_count;
+    op->dtype = src->dtype, op->recv_dtype = src->recv_dtype;
+    op->op = src->op, op->root = src->root, op->peer = src->peer;
+    op->vector_count = src->vector_count;
+    op->item_count = src->item_count;
+    uint32_t items = src->item_count ? src->item_count : 1;
+    if (src->vectors != NULL && (op->vectors = malloc((size_t)(src->vector_count ? src->vector_count : 1) *
+                                                      sizeof *op->vectors)) != NULL)
+        memcpy(op->vectors, src->vectors, (size_t)src->vector_count * sizeof *op->vectors);
+    if (src->items != NULL) {
+        op->items = malloc(items * sizeof *op->items);
+        op->item_seq = calloc(items, sizeof *op->item_seq);
+        op->item_state = calloc(items, sizeof *op->item_state);
+        if (op->items != NULL)
+            memcpy(op->items, src->items, src->item_count * sizeof *op->items);
+    }
+    if ((src->vectors != NULL && op->vectors == NULL) ||
+        (src->items != NULL && (op->items == NULL || op->item_seq == NULL || op->item_state == NULL))) {
+        hccl_op_free(op);
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying %s", hccl_cmd_name(src->type));
+    }
+    if (!hccl_cmd_is_collective(op->type))
+        op->pseq = atomic_fetch_add(&comm->next_pseq, 1) + 1;
+    hccl_op_submit(op);
+    return ACL_SUCCESS;
 }
 
 static int dispatch(op_task_t *op)

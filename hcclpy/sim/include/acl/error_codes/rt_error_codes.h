@@ -26,6 +26,16 @@
 #define ACL_ERROR_RT_TASK_TIMEOUT            107020 /* a task ran out of time */
 #define ACL_ERROR_RT_DEVICE_TASK_ABORT       107022 /* device work was aborted */
 #define ACL_ERROR_RT_STREAM_ABORT            107023 /* stream work was aborted */
+#define ACL_ERROR_RT_CAPTURE_DEPENDENCY      107024 /* a capture depends on work it cannot record */
+#define ACL_ERROR_RT_STREAM_UNJOINED         107025 /* a stream that joined a capture never rejoined it */
+#define ACL_ERROR_RT_MODEL_CAPTURED          107026 /* the model is still being captured */
+#define ACL_ERROR_RT_STREAM_CAPTURED         107027 /* the stream is capturing */
+#define ACL_ERROR_RT_EVENT_CAPTURED          107028 /* the event was recorded in a capture under way */
+#define ACL_ERROR_RT_STREAM_NOT_CAPTURED     107029 /* the stream is not capturing */
+#define ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT 107030 /* the call is not allowed during a capture */
+#define ACL_ERROR_STREAM_CAPTURE_CONFLICT    107032 /* the stream captures into another model */
+#define ACL_ERROR_STREAM_TASK_GROUP_STATUS   107033 /* a task group begun, ended or updated out of turn */
+#define ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED 107036 /* the capture was not begun on this stream */
 
 /* 207xxx: resource and capability errors. */
 #define ACL_ERROR_RT_FEATURE_NOT_SUPPORT     207000 /* feature not available here */
@@ -35,6 +45,7 @@
 #define ACL_ERROR_RT_RESOURCE_ALLOC_FAIL     207005 /* could not obtain a runtime resource */
 #define ACL_ERROR_RT_NO_EVENT_RESOURCE       207007 /* no event could be created */
 #define ACL_ERROR_RT_NO_STREAM_RESOURCE      207008 /* no stream could be created */
+#define ACL_ERROR_RT_NO_MODEL_RESOURCE       207010 /* no model could be created */
 #define ACL_ERROR_RT_OVER_LIMIT              207012 /* a resource count limit was exceeded */
 #define ACL_ERROR_RT_DEVICE_OOM              207018 /* device memory exhausted */
 
@@ -47,6 +58,7 @@
 #define ACL_ERROR_RT_AICPU_EXCEPTION         507018 /* AI CPU task faulted */
 #define ACL_ERROR_RT_STREAM_SYNC_TIMEOUT     507046 /* stream synchronisation timed out */
 #define ACL_ERROR_RT_EVENT_SYNC_TIMEOUT      507047 /* event synchronisation timed out */
+#define ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED 507903 /* the capture was invalidated by a forbidden call */
 #define ACL_ERROR_RT_SUSPECT_REMOTE_ERROR    507057 /* failure probably caused by a peer */
 #define ACL_ERROR_RT_COMM_OP_RETRY_FAIL      507904 /* collective retry did not succeed */
 
