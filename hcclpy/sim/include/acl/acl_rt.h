@@ -146,6 +146,36 @@ typedef enum aclrtLastErrLevel {
 /* Handle of physical memory obtained from the driver. */
 typedef void *aclrtDrvMemHandle;
 
+/* What kind of handle aclrtMallocPhysical gives (CANN has one kind). */
+typedef enum aclrtMemHandleType {
+    ACL_MEM_HANDLE_TYPE_NONE = 0
+} aclrtMemHandleType;
+
+/* How physical memory is allocated (CANN has one way: pinned). */
+typedef enum aclrtMemAllocationType {
+    ACL_MEM_ALLOCATION_TYPE_PINNED = 0
+} aclrtMemAllocationType;
+
+/* Which granularity aclrtMemGetAllocationGranularity reports. */
+typedef enum aclrtMemGranularityOptions {
+    ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+    ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+    ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF = 0xFFFF
+} aclrtMemGranularityOptions;
+
+/* Physical memory to allocate (aclrtMallocPhysical), or to ask the granularity of (32 bytes). */
+typedef struct aclrtPhysicalMemProp {
+    aclrtMemHandleType handleType;         /* ACL_MEM_HANDLE_TYPE_NONE */
+    aclrtMemAllocationType allocationType; /* ACL_MEM_ALLOCATION_TYPE_PINNED */
+    aclrtMemAttr memAttr;                  /* page size: ACL_HBM_MEM_HUGE, ACL_MEM_HUGE1G, ... */
+    aclrtMemLocation location;             /* ACL_MEM_LOCATION_TYPE_DEVICE and the device id */
+    uint64_t reserve;
+} aclrtPhysicalMemProp;
+
+/* Flags of aclrtMemExportToShareableHandle. */
+#define ACL_RT_VMM_EXPORT_FLAG_DEFAULT                0x0UL /* only the processes set by ...SetPidToShareableHandle */
+#define ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL /* any process */
+
 /* Host function run by aclrtLaunchCallback. */
 typedef void (*aclrtCallback)(void *userData);
 
@@ -357,6 +387,39 @@ ACL_FUNC_VISIBILITY aclError aclrtIpcMemSetImportPid(const char *key, int32_t *p
 ACL_FUNC_VISIBILITY aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
 /* Close key: in an importer, let go of the memory; in the exporter, allow no more imports. */
 ACL_FUNC_VISIBILITY aclError aclrtIpcMemClose(const char *key);
+
+/* ---- virtual memory: address ranges, physical memory, mappings --------- */
+
+/* Reserve size bytes of address space, rounded up to the granularity (alignment 0; expectPtr NULL
+ * or the address wanted; flags 0 or 1, the page type); *virPtr: its start. */
+ACL_FUNC_VISIBILITY aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment,
+                                                    void *expectPtr, uint64_t flags);
+/* Give a reservation back (virPtr: its start; nothing may be mapped in it). */
+ACL_FUNC_VISIBILITY aclError aclrtReleaseMemAddress(void *virPtr);
+/* Allocate size bytes of physical memory as prop says (flags 0); *handle: the memory. */
+ACL_FUNC_VISIBILITY aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
+                                                 const aclrtPhysicalMemProp *prop, uint64_t flags);
+/* Free physical memory (unmapped first). */
+ACL_FUNC_VISIBILITY aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
+/* Map all of handle's memory (size: its size; offset and flags 0) at virPtr, inside a reservation. */
+ACL_FUNC_VISIBILITY aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
+                                         uint64_t flags);
+/* Undo aclrtMapMem (virPtr: as mapped). */
+ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr);
+/* The size physical memory of prop comes in multiples of: the least, or the one recommended. */
+ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
+                                                              aclrtMemGranularityOptions option,
+                                                              size_t *granularity);
+/* A number through which other processes import handle's memory (handleType
+ * ACL_MEM_HANDLE_TYPE_NONE; flags ACL_RT_VMM_EXPORT_FLAG_*); once per handle. */
+ACL_FUNC_VISIBILITY aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
+                                                             uint64_t flags, uint64_t *shareableHandle);
+/* Let the pidNum processes in pid import shareableHandle (exported with ACL_RT_VMM_EXPORT_FLAG_DEFAULT). */
+ACL_FUNC_VISIBILITY aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid,
+                                                             size_t pidNum);
+/* This process's handle of the memory another process exported, on device deviceId. */
+ACL_FUNC_VISIBILITY aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
+                                                               aclrtDrvMemHandle *handle);
 
 /* Events shared between processes (created with ACL_EVENT_IPC). */
 #define ACL_IPC_EVENT_HANDLE_SIZE 64U

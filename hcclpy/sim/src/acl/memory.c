@@ -191,6 +191,9 @@ static void punch(sim_arena_t *arena, uint64_t offset, uint64_t size)
 /* Frees every allocation (aclrtResetDevice at reference count zero). */
 void sim_arena_reset(sim_arena_t *arena)
 {
+    /* Physical memory of the virtual memory API is in the arena too: its mappings must not show
+     * the blocks the arena gives to later allocations. */
+    sim_vmm_device_reset(arena->device);
     pthread_mutex_lock(&arena->lock);
     arena->used.count = 0;
     arena->free.count = 0;
@@ -298,6 +301,28 @@ static bool arena_block_at(sim_arena_t *arena, const void *ptr, uint64_t *size)
     return found;
 }
 
+/* aclrtMallocPhysical's memory (vmm.c) is a block of the device's arena, as an aclrtMalloc
+ * allocation is: HCCL operations across processes then reach it by its offset in the arena. */
+int sim_arena_alloc_block(int device, uint64_t bytes, const char *api, uint64_t *offset, sim_arena_loc_t *loc)
+{
+    char *base = NULL;
+    int err = sim_device_arena(device, loc, &base);
+    if (err != ACL_SUCCESS)
+        return err;
+    void *block = NULL;
+    err = arena_alloc(__atomic_load_n(&g_arenas[device], __ATOMIC_ACQUIRE), bytes, &block, api);
+    if (err == ACL_SUCCESS)
+        *offset = (uint64_t)((char *)block - base);
+    return err;
+}
+
+void sim_arena_free_block(int device, uint64_t offset)
+{
+    sim_arena_t *arena = __atomic_load_n(&g_arenas[device], __ATOMIC_ACQUIRE);
+    if (arena != NULL)
+        arena_free(arena, arena->base + offset);
+}
+
 static bool arena_contains(const sim_arena_t *arena, const void *ptr)
 {
     return arena != NULL && (const char *)ptr >= arena->base && (const char *)ptr < arena->base + arena->size;
@@ -346,6 +371,9 @@ int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offs
     sim_arena_t *arena = device >= 0 && device < SIM_MAX_DEVICES ? __atomic_load_n(&g_arenas[device], __ATOMIC_ACQUIRE)
                                                                   : NULL;
     if (!arena_contains(arena, ptr)) {
+        int mapped = sim_vmm_device_range(device, ptr, bytes, offset, why, why_len); /* aclrtMapMem's addresses */
+        if (mapped >= 0)
+            return mapped;
         uint64_t ignored;
         int other = sim_pointer_device(ptr, &ignored);
         if (other >= 0)
@@ -645,6 +673,13 @@ static int check_side(const char *api, const char *what, const void *ptr, uint64
     if (device < 0)
         device = sim_ipc_imported(ptr, &room); /* another process's memory, imported */
     if (device < 0) {
+        /* Virtual memory (vmm.c): what aclrtMapMem put there, or nothing that may be touched. */
+        device = sim_vmm_mapped(ptr, &room);
+        if (device == SIM_VMM_UNMAPPED)
+            return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is reserved address space (aclrtReserveMemAddress) "
+                             "with no physical memory mapped there (aclrtMapMem)", api, what, ptr);
+    }
+    if (device < 0) {
         if (side == SIDE_DEVICE)
             return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %s %p is not device memory from aclrtMalloc%s%s", api, what,
                              ptr, kind != NULL ? ", as " : "", kind != NULL ? kind : "");
@@ -772,6 +807,7 @@ SIM_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, si
 
 void sim_memory_after_fork(void)
 {
+    sim_vmm_after_fork(); /* its mappings show the parent's device memory */
     pthread_mutex_init(&g_arena_lock, NULL);
     pthread_mutex_init(&g_peer_lock, NULL);
     pthread_mutex_init(&g_host_lock, NULL);
@@ -840,8 +876,13 @@ SIM_EXPORT aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttribute
     aclrtPtrAttributes found = {{0, ACL_MEM_LOCATION_TYPE_UNREGISTERED}, 0, {0, 0, 0, 0}};
     sim_arena_t *arena = arena_holding(ptr);
     uint64_t room = 0;
+    int mapped = arena == NULL ? sim_vmm_mapped(ptr, NULL) : SIM_VMM_NONE; /* aclrtMapMem's addresses */
     if (arena != NULL && arena_room(arena, ptr, &room, NULL)) {
         found.location.id = (uint32_t)arena->device;
+        found.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+        found.pageSize = SIM_PAGE_SIZE;
+    } else if (mapped >= 0) {
+        found.location.id = (uint32_t)mapped;
         found.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
         found.pageSize = SIM_PAGE_SIZE;
     } else if (sim_host_pinned(ptr, 1) || host_registered(ptr)) {
@@ -868,8 +909,9 @@ SIM_EXPORT aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegiste
     if (size > UINTPTR_MAX - start)
         return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %llu bytes at %p pass the end of the "
                          "address space", (unsigned long long)size, ptr);
-    if (arena_holding(ptr) != NULL)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %p is device memory, not host memory", ptr);
+    if (arena_holding(ptr) != NULL || sim_vmm_mapped(ptr, NULL) != SIM_VMM_NONE)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "aclrtHostRegister: %p is device memory (or address space reserved "
+                         "for it), not host memory", ptr);
     pthread_mutex_lock(&g_host_lock);
     ptrdiff_t before = registered_find(start + size - 1);
     if (before >= 0 && g_registered[before].start + g_registered[before].size > start) {

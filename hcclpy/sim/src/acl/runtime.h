@@ -88,6 +88,24 @@ int sim_ipc_imported(const void *ptr, uint64_t *room);
 int sim_ipc_before_free(const void *ptr, uint64_t size);
 void sim_ipc_after_fork(void);
 
+/* For vmm.c: a block of `bytes` in `device`'s arena (its offset there, and where the arena is),
+ * as aclrtMalloc makes one; and freeing it. */
+int sim_arena_alloc_block(int device, uint64_t bytes, const char *api, uint64_t *offset, sim_arena_loc_t *loc);
+void sim_arena_free_block(int device, uint64_t offset);
+
+/* vmm.c: virtual memory (aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem ...). */
+#define SIM_VMM_NONE (-1)     /* not in address space reserved with aclrtReserveMemAddress */
+#define SIM_VMM_UNMAPPED (-2) /* reserved, but no physical memory is mapped there */
+/* The device whose physical memory is mapped at `ptr` (and the bytes mapped from `ptr` on, across
+ * adjacent mappings), or SIM_VMM_NONE / SIM_VMM_UNMAPPED. */
+int sim_vmm_mapped(const void *ptr, uint64_t *room);
+/* sim_device_range for reserved address space: -1 when `ptr` is in none (not handled here). */
+int sim_vmm_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offset, char *why, size_t why_len);
+/* aclrtResetDevice releases `device`'s memory: its physical memory goes too, and what mapped it
+ * becomes unmapped reserved space. */
+void sim_vmm_device_reset(int device);
+void sim_vmm_after_fork(void);
+
 /* stream.c */
 int sim_stream_create(int device, uint32_t priority, uint32_t flags, bool is_default, sim_stream_t **out);
 int sim_stream_destroy(sim_stream_t *stream, bool force);

@@ -43,6 +43,7 @@
 #define ACL_ERROR_RT_MEMORY_FREE             207002 /* releasing memory failed */
 #define ACL_ERROR_RT_NO_DEVICE               207004 /* no device present */
 #define ACL_ERROR_RT_RESOURCE_ALLOC_FAIL     207005 /* could not obtain a runtime resource */
+#define ACL_ERROR_RT_NO_PERMISSION           207006 /* the caller is not allowed to do this */
 #define ACL_ERROR_RT_NO_EVENT_RESOURCE       207007 /* no event could be created */
 #define ACL_ERROR_RT_NO_STREAM_RESOURCE      207008 /* no stream could be created */
 #define ACL_ERROR_RT_NO_MODEL_RESOURCE       207010 /* no model could be created */
