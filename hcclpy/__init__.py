@@ -31,7 +31,7 @@ from .config import CommConfig
 from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError, HostFunctionError,
                      LibraryNotFoundError, RemoteRankError, SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
-from .runtime import (Device, DeviceArray, Event, HostRegistration, IpcEventHandle, IpcHandle, PointerAttributes, Stream, device_count, empty,
+from .runtime import (Device, DeviceArray, Event, Graph, HostRegistration, IpcEventHandle, IpcHandle, PointerAttributes, Stream, device_count, empty,
                       from_numpy, pinned_empty, pointer_attributes, register_host, set_op_execute_timeout,
                       set_op_wait_timeout, zeros)
 from .types import DataType, OpLike, ReduceOp
@@ -44,7 +44,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "AclError", "BufferLike", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
-    "DeviceArray", "Event",
+    "DeviceArray", "Event", "Graph",
     "HcclError", "HcclpyError", "HostFunctionError", "HostRegistration", "IpcEventHandle", "IpcHandle", "LibraryNotFoundError", "OpLike", "PersistentOp",
     "PointerAttributes", "ReduceOp", "RemoteRankError", "RootInfo",
     "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",

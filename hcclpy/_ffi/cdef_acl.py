@@ -124,6 +124,19 @@ aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
 aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
 aclError aclrtIpcMemClose(const char *key);
 
+typedef void *aclmdlRI;
+typedef void *aclrtTaskGrp;
+aclError aclmdlRICaptureBegin(aclrtStream stream, int mode);
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, int *status, aclmdlRI *modelRI);
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI);
+aclError aclmdlRICaptureThreadExchangeMode(int *mode);
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+aclError aclmdlRIDestroy(aclmdlRI modelRI);
+aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream);
+aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle);
+aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle);
+aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream);
+
 aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode);
 aclError aclrtSetOpWaitTimeout(uint32_t timeout);
 aclError aclrtSetOpExecuteTimeOut(uint32_t timeout);
@@ -162,4 +175,7 @@ OPTIONAL = (
     "aclrtSetStreamFailureMode", "aclrtSetOpWaitTimeout", "aclrtSetOpExecuteTimeOut",
     "aclrtDeviceGetBareTgid", "aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey",
     "aclrtIpcMemClose", "aclrtIpcGetEventHandle", "aclrtIpcOpenEventHandle",
+    "aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRICaptureThreadExchangeMode",
+    "aclmdlRIExecuteAsync", "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",
+    "aclmdlRICaptureTaskUpdateBegin", "aclmdlRICaptureTaskUpdateEnd",
 )

@@ -16,6 +16,7 @@ from typing import Any, Optional, Tuple
 from .. import _ffi, _trace
 from .._comm_core import CommCore
 from ..runtime import Stream
+from ..runtime._graph import capturing, captures_here
 from ..runtime._lifetime import CLOSES
 from ..runtime._memory import copy_bytes
 from ..runtime._stream import HOLD_CHECK
@@ -84,6 +85,10 @@ def _queued(c: Call, stream: Stream, rc: int, keep: Tuple[Any, ...]) -> None:
     and reads from the host look there for the work that uses an allocation (``_alloc``)."""
     if rc:
         raise _ffi.hccl_failure(rc, c.name)
+    graph = stream._graph
+    if graph is not None:  # recorded, not run: the graph holds what it uses
+        graph._hold(keep, c.comm)
+        return
     if _group.open_groups and _group.active():  # queued by HCCL when this thread's group ends: then
         _group.defer(stream._device_id, keep, lambda: _queued(c, stream, 0, keep))  # record it and hold
         return
@@ -101,14 +106,33 @@ def launch(c: Call, stream: Optional[Stream]) -> Any:
     if c.host:
         return _staged(c, stream)
     st = stream if type(stream) is Stream and stream._live_device == c.comm._device_id else stream_of(c.comm, stream)
+    if capturing[0]:
+        capture_rules(c, st)
     _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.buffers)
     return c.result
+
+
+def capture_rules(c: Call, stream: Stream) -> None:
+    """Refuse what a capture under way forbids ``c`` on ``stream`` (asked when one is)."""
+    graphs = captures_here()
+    if c.host and graphs:
+        raise RuntimeError(f"{c.name[4:]} on NumPy arrays cannot run inside a capture: it waits for its result, "
+                           "which a capture never gives; capture operations on device buffers")
+    if _group.active() and (graphs or stream._graph is not None):
+        raise RuntimeError("hcclpy.group() and a capture cannot nest: capture the operations without the group, "
+                           "or make the group outside the capture")
+    if stream._graph is None and any(g._mode == "global" for g in graphs):
+        raise RuntimeError(f"{c.name[4:]} was queued on {stream!r}, which does not capture, during a global-mode "
+                           f"capture on {graphs[-1].stream!r} by this thread: pass stream= the capturing stream, "
+                           "or capture with mode='relaxed'")
 
 
 def _staged(c: Call, stream: Optional[Stream]) -> Any:
     """Run ``c``, whose buffers are NumPy arrays, on device scratch: copy in what it reads (and
     what it writes only in part: the elements it skips keep their values), queue the C call on the
     staging stream, wait, copy out what it writes."""
+    if capturing[0]:
+        capture_rules(c, stream_of(c.comm, None))
     if stream is not None:
         raise TypeError(f"stream= is for device buffers, got {type(stream).__name__}: calls on NumPy arrays block "
                         "on hcclpy's own stream of the communicator's device and return when the result is in "
@@ -216,6 +240,9 @@ class PersistentOp:
         if self._no_group and _group.active():
             raise RuntimeError("batch_send_recv cannot run inside hcclpy.group(): HCCL refuses HcclBatchSendRecv "
                                "between HcclGroupStart and HcclGroupEnd")
+        if capturing[0]:  # the rules depend on the stream of each start: checked at every start then
+            capture_rules(c, self._stream if self._stream is not None else stream_of(comm, None))
+            return c
         self._checked = closes
         return c
 
@@ -239,6 +266,8 @@ class PersistentOp:
         if c.host:
             return _staged(c, stream)
         st = stream_of(c.comm, stream)
+        if capturing[0]:
+            capture_rules(c, st)
         _queued(c, st, c.cfunc(*c.args, st._ptr_cdata), c.buffers)
         return c.result
 

@@ -7,6 +7,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from .. import _ffi
+from ..runtime._graph import captures_here
 from ..runtime._lifetime import CLOSES
 from ..runtime._stream import drop_holder, holder
 
@@ -68,6 +69,9 @@ def group() -> Iterator[None]:
     ...     comm.recv(y, peer=1)
     """
     global open_groups
+    if captures_here():
+        raise RuntimeError("hcclpy.group() and a capture cannot nest: capture the operations without the group, "
+                           "or make the group outside the capture")
     bound = _ffi.api()
     rc = bound.HcclGroupStart()
     if rc:

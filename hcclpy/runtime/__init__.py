@@ -2,11 +2,12 @@
 
 from ._device import Device, DeviceLike, device_count
 from ._event import Event, IpcEventHandle
+from ._graph import Graph, TaskGroup
 from ._memory import (DeviceArray, HostRegistration, IpcHandle, PointerAttributes, ShapeLike, empty, from_numpy, pinned_empty,
                       pointer_attributes, register_host, zeros)
 from ._settings import set_op_execute_timeout, set_op_wait_timeout
 from ._stream import Stream
 
-__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "HostRegistration", "IpcEventHandle", "IpcHandle", "PointerAttributes", "ShapeLike",
-           "Stream", "device_count", "empty", "from_numpy", "pinned_empty", "pointer_attributes", "register_host",
+__all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "Graph", "HostRegistration", "IpcEventHandle", "IpcHandle", "PointerAttributes", "ShapeLike",
+           "Stream", "TaskGroup", "device_count", "empty", "from_numpy", "pinned_empty", "pointer_attributes", "register_host",
            "set_op_execute_timeout", "set_op_wait_timeout", "zeros"]

@@ -40,7 +40,7 @@ class Event:
     """
 
     __slots__ = ("__weakref__", "_cdata_ptr", "_device", "_timing", "_finalizer", "_recorded", "_ipc",
-                 "_opened")
+                 "_opened", "_captured")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create events with Device.create_event() or Stream.record()")
@@ -74,6 +74,7 @@ class Event:
         self._timing = bool(timing)
         self._ipc = ipc
         self._opened = opened
+        self._captured: Any = None  # the Graph whose capture recorded it last
         self._recorded: Any = None  # (the stream's progress, the flight recorder's mark) at the last record
 
         def release() -> None:
@@ -167,7 +168,8 @@ class Event:
                              f"{self._device.id}; record it on a stream of its own device")
         upto = _trace.mark()  # before the call: work queued after the record must not count as before it
         _ffi.check_acl(_ffi.api().aclrtRecordEvent(self._cdata(), stream._cdata()), "aclrtRecordEvent")
-        self._recorded = (stream._progress, upto)
+        self._captured = stream._graph
+        self._recorded = None if stream._graph is not None else (stream._progress, upto)
 
     def _seen_complete(self) -> None:
         # Everything queued on the recorded stream before the record is done.

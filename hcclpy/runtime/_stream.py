@@ -163,7 +163,7 @@ class Stream:
 
     __slots__ = ("__weakref__", "_handle", "_ptr_cdata", "_device", "_device_id", "_owned", "_owner", "_finalizer",
                  "_live_device", "_held", "_dropped", "_sealed", "_turn", "_holdings", "_progress",
-                 "_sync", "_failed", "_host_failures")
+                 "_sync", "_failed", "_host_failures", "_graph")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Device.create_stream(), or wrap an existing one with "
@@ -205,6 +205,7 @@ class Stream:
         # so the device replaces a failed default stream (see Device.default_stream).
         self._failed = False
         self._host_failures: List[HostFunctionError] = []  # raised by queued host functions, not yet reported
+        self._graph: Any = None  # the Graph recording what is queued here, while it captures (see _graph.py)
         _registry.add(holdings)
         # The collector never waits: a stream collected with work pending is parked (see _release).
         # A borrowed stream is released too, to leave the registry, but never warns.
@@ -275,8 +276,11 @@ class Stream:
         return self._ptr_cdata
 
     def _hold(self, keep: Sequence[Any]) -> None:
-        """Keep ``keep`` alive until the work just queued is known to be done. (The collectives do
-        the same inline.)"""
+        """Keep ``keep`` alive until the work just queued is known to be done (while the stream
+        captures: as long as the graph lives). (The collectives do the same inline.)"""
+        if self._graph is not None:
+            self._graph._hold(keep)
+            return
         held = self._held
         held.extend(keep)
         if len(held) > HOLD_CHECK:
@@ -524,6 +528,28 @@ class Stream:
         _ffi.check_acl(bound.aclrtLaunchHostFunc(self._cdata(), function, handle), "aclrtLaunchHostFunc")
         self._hold((handle,))  # the handle keeps run(), and fn, alive until the stream is past it
 
+    def capture(self, mode: str = "global") -> Any:
+        """Record, instead of running, the work queued on this stream in a ``with`` block, into
+        the :class:`~hcclpy.Graph` the block gets (``aclmdlRICaptureBegin`` ... ``End``); replay
+        it with :meth:`Graph.replay`.
+
+        ``mode`` says which threads may call what a capture forbids (synchronous copies, copies of
+        pageable host memory): ``"global"`` none, ``"thread_local"`` all but this one,
+        ``"relaxed"`` all. During a global capture, hcclpy operations queued by this thread on a
+        stream that does not capture raise, as do operations on NumPy arrays (they wait for their
+        result) and hcclpy.group() blocks.
+
+        Raises
+        ------
+        ValueError
+            ``mode`` is unknown, or the stream is closed or capturing already.
+        UnsupportedError
+            On a CANN without stream capture.
+        """
+        from ._graph import Graph
+
+        return Graph._begin(self, mode)
+
     def wait_event(self, event: Event) -> None:
         """Make work queued after this call wait until ``event`` completes."""
         from ._event import Event  # at run time here: _event imports this module
@@ -531,6 +557,9 @@ class Stream:
         if not isinstance(event, Event):
             raise TypeError(f"event must be an hcclpy.Event, got {type(event).__name__}")
         _ffi.check_acl(_ffi.api().aclrtStreamWaitEvent(self._cdata(), event._cdata()), "aclrtStreamWaitEvent")
+        graph = event._captured
+        if graph is not None and graph._state == "capturing" and self._graph is None:
+            graph._join(self)  # waiting for work of a capture joins it (CANN does the same in C)
 
     def wait_stream(self, stream: Stream) -> None:
         """Make work queued after this call wait until the work queued on ``stream`` so far is

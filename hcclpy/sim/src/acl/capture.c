@@ -466,6 +466,29 @@ SIM_EXPORT aclError aclmdlRIDestroy(aclmdlRI handle)
     return ACL_SUCCESS;
 }
 
+void sim_capture_stream_destroyed(sim_stream_t *stream)
+{
+    sim_model_t *model = sim_stream_capture(stream);
+    if (model == NULL)
+        return;
+    pthread_mutex_lock(&model->lock);
+    invalidate_locked(model, "a capturing stream was destroyed");
+    bool origin = model->origin == stream;
+    if (origin) { /* the capture can never end: it ends now, with nothing to show */
+        for (size_t i = 0; i < model->member_count; i++)
+            sim_stream_set_capture(model->members[i].stream, NULL);
+        model->status = MODEL_READY;
+    } else {
+        sim_stream_set_capture(stream, NULL);
+    }
+    pthread_mutex_unlock(&model->lock);
+    if (origin) {
+        deactivate(model);
+        if (sim_handle_free(model->handle))
+            model_unref(model);
+    }
+}
+
 /* ---------------------------------------------------------------- task groups */
 
 SIM_EXPORT aclError aclmdlRICaptureTaskGrpBegin(aclrtStream handle)

@@ -77,6 +77,8 @@ int sim_capture_unsafe(const char *api);
 int sim_capture_refuse_on(sim_stream_t *stream, const char *api);
 /* ACL_SUCCESS, or refuses to wait for an event recorded in `model`'s capture under way. */
 int sim_capture_refuse_event(sim_model_t *model, const char *api);
+/* `stream` is being destroyed: a capture it takes part in is invalidated (ended, if it began it). */
+void sim_capture_stream_destroyed(sim_stream_t *stream);
 void sim_capture_after_fork(void);
 
 /* ipc.c */

@@ -529,10 +529,12 @@ void sim_stream_release_device(int device)
          * not: a program that resets its devices and returns from main leaves no thread
          * behind (valgrind and sanitizers report such threads' stacks as leaks).  The next
          * use of the stream starts a worker again. */
-        if (streams[i]->is_default)
+        if (streams[i]->is_default) {
             stop_worker(streams[i], true);
-        else
+        } else {
+            sim_capture_stream_destroyed(streams[i]);
             sim_stream_destroy(streams[i], false);
+        }
         sim_stream_unref(streams[i]);
     }
     free(streams);
@@ -619,6 +621,8 @@ static aclError destroy_stream(aclrtStream handle, bool force, const char *api)
     if (stream == NULL)
         return sim_error(ACL_ERROR_INVALID_PARAM, "%s: %p is not a live stream (never created, destroyed, or "
                          "released by the aclrtResetDevice that released its device)", api, handle);
+    if (!stream->is_default)
+        sim_capture_stream_destroyed(stream);
     int err = stream->is_default ? sim_error(ACL_ERROR_INVALID_PARAM, "%s: a default stream cannot be destroyed", api)
                                  : sim_stream_destroy(stream, force);
     sim_stream_unref(stream);
