@@ -124,6 +124,23 @@ aclError aclrtIpcMemSetImportPid(const char *key, int32_t *pid, size_t num);
 aclError aclrtIpcMemImportByKey(void **devPtr, const char *key, uint64_t flags);
 aclError aclrtIpcMemClose(const char *key);
 
+typedef void *aclrtDrvMemHandle;
+typedef struct aclrtPhysicalMemProp {
+    int handleType; int allocationType; int memAttr; aclrtMemLocation location; uint64_t reserve;
+} aclrtPhysicalMemProp;
+aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags);
+aclError aclrtReleaseMemAddress(void *virPtr);
+aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop,
+                             uint64_t flags);
+aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
+aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags);
+aclError aclrtUnmapMem(void *virPtr);
+aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, int option, size_t *granularity);
+aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, int handleType, uint64_t flags,
+                                         uint64_t *shareableHandle);
+aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum);
+aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId, aclrtDrvMemHandle *handle);
+
 typedef void *aclmdlRI;
 typedef void *aclrtTaskGrp;
 aclError aclmdlRICaptureBegin(aclrtStream stream, int mode);
@@ -178,4 +195,7 @@ OPTIONAL = (
     "aclmdlRICaptureBegin", "aclmdlRICaptureGetInfo", "aclmdlRICaptureEnd", "aclmdlRICaptureThreadExchangeMode",
     "aclmdlRIExecuteAsync", "aclmdlRIDestroy", "aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd",
     "aclmdlRICaptureTaskUpdateBegin", "aclmdlRICaptureTaskUpdateEnd",
+    "aclrtReserveMemAddress", "aclrtReleaseMemAddress", "aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem",
+    "aclrtUnmapMem", "aclrtMemGetAllocationGranularity", "aclrtMemExportToShareableHandle",
+    "aclrtMemSetPidToShareableHandle", "aclrtMemImportFromShareableHandle",
 )

@@ -336,8 +336,10 @@ class Driver:
             return self.callback
         if tag == "raw":
             address = spec[1] & MASK64
-        elif tag == "reg":
-            address = self.registry(spec[1], spec[2])
+        elif tag == "reg":  # an optional fourth element: an offset from it
+            address = (self.registry(spec[1], spec[2]) + (spec[3] if len(spec) > 3 else 0)) & MASK64
+        elif tag == "shareable":  # a shareable handle of this process: its pid, a descriptor, slot, generation
+            address = os.getpid() << 42 | (spec[1] & 0xFFFF) << 26 | (spec[2] & 0x3FF) << 16 | (spec[3] & 0xFFFF)
         elif tag == "forged":
             address = ((spec[3] & 0xFFFFFFFF) << 32 | (spec[2] & 0x0FFFFFFF) << 4 | (spec[1] & 0xF)) & MASK64
         elif tag in ("dev", "host", "pinned", "pinfuzz"):
@@ -392,6 +394,13 @@ class Driver:
             return ffi.new("char[]", self.path(spec[1], spec[2] if len(spec) > 2 else None).encode())
         if tag == "str":
             return ffi.new("char[]", spec[1].encode())
+        if tag == "prop":  # an aclrtPhysicalMemProp
+            prop = ffi.new("aclrtPhysicalMemProp *")
+            signed = ffi.typeof("int")
+            prop.handleType, prop.allocationType, prop.memAttr = (self.number(v, signed) for v in spec[1:4])
+            prop.location.id, prop.location.type = spec[4] & 0xFFFFFFFF, self.number(spec[5], signed)
+            prop.reserve = spec[6] & MASK64
+            return prop
         raise ValueError(f"unknown argument spec {spec!r}")
 
     def root_info(self, base: List[Any], patches: List[List[Any]]) -> Any:
@@ -465,6 +474,9 @@ class Driver:
         """Forget the previous program's objects (its teardown destroyed them)."""
         # Handles of every kind, live or destroyed, in creation order; root infos as bytes.
         self.reg: Dict[str, List[Any]] = {kind: [] for kind in (*HANDLE_KINDS, "rootinfo")}
+        # Virtual memory: reserved addresses, physical memory handles, shareable handles, mappings.
+        self.reg.update(virt=[], phys=[], share=[])
+        self.mapped: List[int] = []
         self.dev: List[List[Any]] = []  # device allocations: [address, size, live]
         self.pinfuzz: List[List[Any]] = []  # aclrtMallocHost buffers of the program: [address, live]
         self.pending_cells: List[Any] = []  # HcclComm cells the outermost HcclGroupEnd writes
@@ -608,6 +620,19 @@ class Driver:
             for entry in self.pinfuzz:
                 if entry[0] == self.address(args[0]):
                     entry[1] = False
+        elif name == "aclrtReserveMemAddress":
+            self.reg["virt"].append(self.address(args[0][0]))
+        elif name == "aclrtMallocPhysical":
+            self.reg["phys"].append(self.address(args[0][0]))
+            if int(args[1]) > DEVICE_MEMORY:
+                self.problems.append(f"{self.label}: aclrtMallocPhysical of {int(args[1])} bytes succeeded on a "
+                                     f"device of {DEVICE_MEMORY} bytes")
+        elif name == "aclrtMemImportFromShareableHandle":
+            self.reg["phys"].append(self.address(args[2][0]))
+        elif name == "aclrtMemExportToShareableHandle":
+            self.reg["share"].append(int(args[3][0]))
+        elif name == "aclrtMapMem":
+            self.mapped.append(self.address(args[0]))
 
     def add_comm(self, handle: Any) -> None:
         """Register a communicator an initialisation returned (NULL: none, e.g. not a member)."""
@@ -636,6 +661,13 @@ class Driver:
                 self.problems.append(f"{self.label}: communicator {comm:#x} still has operations in flight")
         for event in dict.fromkeys(self.reg["event"]):
             call("aclrtDestroyEvent", [ffi.cast("void *", event)])
+        # Virtual memory, in CANN's order: unmap, free, release (what is gone already is refused).
+        for address in dict.fromkeys(self.mapped):
+            call("aclrtUnmapMem", [ffi.cast("void *", address)])
+        for handle in dict.fromkeys(self.reg["phys"]):
+            call("aclrtFreePhysical", [ffi.cast("void *", handle)])
+        for address in dict.fromkeys(self.reg["virt"]):
+            call("aclrtReleaseMemAddress", [ffi.cast("void *", address)])
         for address, _, live in self.dev:
             if live:
                 call("aclrtFree", [ffi.cast("void *", address)])
@@ -1205,6 +1237,28 @@ flags = P(sampled([0, 1, 2, 8, 9]), u32)
 tid = P(just(["tid"]), one_of(just(0), u64))
 fill = P(ints(0, 255), i32)
 
+# Virtual memory: reserved addresses (at offsets on and off the 2 MiB granularity), physical memory
+# handles (live, freed, of another kind, forged), aclrtPhysicalMemProp structs, shareable handles.
+# A shareable handle names its exporter's pid: forged ones name this process or pid 0 only (a live
+# pid would make the simulator open another process's descriptors).
+GRANULE = 2 << 20
+vsizes = P(sampled([1, GRANULE, 2 * GRANULE, 4 * GRANULE]), one_of(sampled([0, 3 << 20, 1 << 30]), u64))
+psizes = P(sampled([GRANULE, 2 * GRANULE]), one_of(sampled([0, 1, 3 << 20, DEVICE_MEMORY + GRANULE]), u64))
+virt = P(builds(lambda i, o: ["reg", "virt", i, o], ints(0, 3), sampled([0, 0, GRANULE, 2 * GRANULE])),
+         one_of(builds(lambda i, o: ["reg", "virt", i, o], ints(0, 3), sampled([1, 4096, -GRANULE, 1 << 40])),
+                any_dptr))
+phys = P(builds(lambda i: ["reg", "phys", i], ints(0, 3)),
+         one_of(builds(lambda k, i: ["reg", k, i], sampled(HANDLE_KINDS), ints(0, 5)), null, raw,
+                builds(lambda c, i, g: ["forged", c, i, g], sampled([0xA, 0xA, 1]), ints(0, 8), ints(0, 4)),
+                builds(lambda i: ["dev", i, 0], ints(0, 4))))
+prop = P(builds(lambda attr, device: ["prop", 0, 0, attr, device, 1, 0], sampled([4, 4, 5, 13, 12]),
+                sampled([0, 0, 1])),
+         builds(lambda *fields: ["prop", *fields], one_of(ints(0, 2), u32), one_of(ints(0, 2), u32),
+                one_of(ints(0, 18), u32), one_of(ints(0, 4), u32), one_of(ints(0, 5), u32), u64))
+shareable = P(builds(lambda i: ["reg", "share", i], ints(0, 3)),
+              one_of(builds(lambda f, s, g: ["shareable", f, s, g], ints(0, 64), ints(0, 300), ints(0, 3)),
+                     ints(0, (1 << 42) - 1)))
+
 # Every HCCL function the binding declares, then every ACL function: how to draw its arguments.
 FUNCTIONS: Dict[str, Gen] = {
     "HcclGetRootInfo": call(out()),
@@ -1348,6 +1402,18 @@ FUNCTIONS: Dict[str, Gen] = {
     "aclrtUnSubscribeReport": call(tid, stream()),
     "aclrtPeekAtLastError": call(number(just(0), u32)),
     "aclrtGetLastError": call(number(just(0), u32)),
+    "aclrtReserveMemAddress": call(out(), vsizes, P(just(0), one_of(sampled([1, 4096]), u64)),
+                                   P(null, one_of(raw, just(["raw", 17 << 40]))), P(sampled([0, 1]), u64)),
+    "aclrtReleaseMemAddress": call(virt),
+    "aclrtMallocPhysical": call(out(), psizes, prop, P(just(0), u64)),
+    "aclrtFreePhysical": call(phys),
+    "aclrtMapMem": call(virt, psizes, P(just(0), one_of(just(4096), u64)), phys, P(just(0), u64)),
+    "aclrtUnmapMem": call(virt),
+    "aclrtMemGetAllocationGranularity": call(prop, P(sampled([0, 1]), one_of(just(0xFFFF), u32)), out()),
+    "aclrtMemExportToShareableHandle": call(phys, P(just(0), u32), P(sampled([0, 1]), u64), out()),
+    "aclrtMemSetPidToShareableHandle": call(shareable, P(just(["i32arr", [1]]), one_of(null, just(["i32arr", [0]]))),
+                                            P(just(1), one_of(ints(0, VEC_ENTRIES), u64))),
+    "aclrtMemImportFromShareableHandle": call(shareable, device_id(), out()),
 }
 FUNCTION_NAMES = sorted(FUNCTIONS)
 MAX_STEPS = 30
@@ -1389,6 +1455,7 @@ def test_fuzz(child: FuzzChild, seed: int) -> None:
 # Step format: [function, [argument specs], stream index to synchronise after or -1, expected code].
 HCCL_E_PARA, HCCL_E_UNAVAIL, ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_MEMORY_ALLOCATION = 1, 7, 100000, 207001
 HCCL_E_OOM = 24
+ACL_ERROR_RT_PARAM_INVALID, ACL_ERROR_RT_INVALID_HANDLE = 107000, 107017
 DEV0, DEV1, COMM1, COMM2, S0, S1 = ["dev", 0, 0], ["dev", 1, 0], ["reg", "comm", 0], ["reg", "comm", 1], \
     ["reg", "stream", 0], ["reg", "stream", 1]
 EV0, EV1 = ["reg", "event", 0], ["reg", "event", 1]
@@ -1535,6 +1602,36 @@ HAND_PICKED: Dict[str, List[Any]] = {
         ["HcclGetHcclBuffer", [["reg", "comm", 3], ["out"], ["out"]], -1, 0],  # 2 MB
         ["HcclGetHcclBuffer", [["reg", "comm", 3], ["out"], ["out"]], -1, 0],
         ["HcclAllReduce", [DEV0, DEV1, 8, 4, 0, ["reg", "comm", 3], S0], 6, 0],
+    ],
+    "virtual memory in CANN's order, and out of it": [
+        ["aclrtReserveMemAddress", [["out"], 4 * GRANULE, 0, ["null"], 0], -1, 0],
+        ["aclrtMallocPhysical", [["out"], 2 * GRANULE, ["prop", 0, 0, 4, 0, 1, 0], 0], -1, 0],
+        ["aclrtMallocPhysical", [["out"], GRANULE, ["prop", 0, 0, 4, 0, 1, 0], 0], -1, 0],
+        ["aclrtMapMem", [["reg", "virt", 0, 0], 2 * GRANULE, 0, ["reg", "phys", 0], 0], -1, 0],
+        ["aclrtMapMem", [["reg", "virt", 0, GRANULE], GRANULE, 0, ["reg", "phys", 1], 0], -1,
+         ACL_ERROR_RT_PARAM_INVALID],  # over a mapping
+        ["aclrtMapMem", [["reg", "virt", 0, 2 * GRANULE], GRANULE, 0, ["reg", "phys", 1], 0], -1, 0],
+        ["aclrtMemset", [["reg", "virt", 0, 0], 3 * GRANULE, 7, 3 * GRANULE], -1, 0],
+        ["HcclAllReduce", [["reg", "virt", 0, 0], ["reg", "virt", 0, 4096], 8, 4, 0, COMM1, S0], 6, 0],
+        ["aclrtMemcpy", [["host", 0, 0], 64, ["reg", "virt", 0, 2 * GRANULE - 32], 64, 2], -1, 0],
+        ["aclrtMemExportToShareableHandle", [["reg", "phys", 0], 0, 0, ["out"]], -1, 0],
+        ["aclrtMemSetPidToShareableHandle", [["reg", "share", 0], ["i32arr", [1]], 1], -1, 0],
+        ["aclrtMemImportFromShareableHandle", [["reg", "share", 0], 0, ["out"]], -1,
+         ACL_ERROR_RT_PARAM_INVALID],  # its own export
+        ["aclrtFreePhysical", [["reg", "phys", 0]], -1, ACL_ERROR_RT_PARAM_INVALID],  # mapped
+        ["aclrtReleaseMemAddress", [["reg", "virt", 0, 0]], -1, ACL_ERROR_RT_PARAM_INVALID],  # with mappings
+        ["aclrtUnmapMem", [["reg", "virt", 0, GRANULE]], -1, ACL_ERROR_RT_PARAM_INVALID],  # inside a mapping
+        ["aclrtUnmapMem", [["reg", "virt", 0, 0]], -1, 0],
+        ["aclrtMemset", [["reg", "virt", 0, 0], 64, 0, 64], -1, ACL_ERROR_INVALID_PARAM],  # nothing mapped
+        ["aclrtFreePhysical", [["reg", "phys", 0]], -1, 0],
+        ["aclrtFreePhysical", [["reg", "phys", 0]], -1, ACL_ERROR_RT_INVALID_HANDLE],
+        ["aclrtMemSetPidToShareableHandle", [["reg", "share", 0], ["i32arr", [1]], 1], -1,
+         ACL_ERROR_RT_INVALID_HANDLE],  # its memory was freed
+        ["aclrtReleaseMemAddress", [["reg", "virt", 0, 0]], -1, ACL_ERROR_RT_PARAM_INVALID],  # phys 1 still there
+        ["aclrtUnmapMem", [["reg", "virt", 0, 2 * GRANULE]], -1, 0],
+        ["aclrtFreePhysical", [["reg", "phys", 1]], -1, 0],
+        ["aclrtReleaseMemAddress", [["reg", "virt", 0, 0]], -1, 0],
+        ["aclrtReleaseMemAddress", [["reg", "virt", 0, 0]], -1, ACL_ERROR_RT_PARAM_INVALID],
     ],
 }
 
