@@ -34,6 +34,7 @@ from .rootinfo import RootInfo
 from .runtime import (Device, DeviceArray, Event, Graph, HostRegistration, IpcEventHandle, IpcHandle, PointerAttributes, Stream, device_count, empty,
                       from_numpy, pinned_empty, pointer_attributes, register_host, set_op_execute_timeout,
                       set_op_wait_timeout, zeros)
+from .runtime import PhysicalMemory, ShareableHandle, VirtualRange, allocation_granularity
 from .types import DataType, OpLike, ReduceOp
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ __all__ = [
     "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
     "library_info", "pinned_empty", "pointer_attributes", "register_host", "set_op_execute_timeout", "set_op_wait_timeout",
     "shutdown", "trace", "zeros",
+    "PhysicalMemory", "ShareableHandle", "VirtualRange", "allocation_granularity",
 ]
 
 

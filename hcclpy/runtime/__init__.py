@@ -7,7 +7,9 @@ from ._memory import (DeviceArray, HostRegistration, IpcHandle, PointerAttribute
                       pointer_attributes, register_host, zeros)
 from ._settings import set_op_execute_timeout, set_op_wait_timeout
 from ._stream import Stream
+from ._virtual import PhysicalMemory, ShareableHandle, VirtualRange, allocation_granularity
 
 __all__ = ["Device", "DeviceArray", "DeviceLike", "Event", "Graph", "HostRegistration", "IpcEventHandle", "IpcHandle", "PointerAttributes", "ShapeLike",
            "Stream", "TaskGroup", "device_count", "empty", "from_numpy", "pinned_empty", "pointer_attributes", "register_host",
-           "set_op_execute_timeout", "set_op_wait_timeout", "zeros"]
+           "set_op_execute_timeout", "set_op_wait_timeout", "zeros",
+           "PhysicalMemory", "ShareableHandle", "VirtualRange", "allocation_granularity"]
