@@ -26,6 +26,7 @@ from ..config import CommConfig
 from ..errors import HcclpyError
 from ..rootinfo import RootInfo
 from ..runtime import Device, device_count
+from ..runtime._graph import captures_here
 from ._dtypes import Reduction, movement, reduction
 from ._errors import backend_error
 from ._p2p import Channel, p2p_config
@@ -332,6 +333,14 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         if self._closed:
             raise RuntimeError(f"process group {self._label!r} has been destroyed")
 
+    @staticmethod
+    def _refuse_capture(operation: str) -> None:
+        """CPU tensors are staged through device memory and waited for: no capture records that."""
+        if captures_here():
+            raise RuntimeError(f"{operation} on CPU tensors cannot be captured: the hcclpy backend stages them "
+                               "through device memory and waits for the result. Capture hcclpy.Communicator calls "
+                               "on device buffers instead (see the docs' Graphs page)")
+
     def _tensors(self, tensors: Any, operation: str, argument: str) -> List[torch.Tensor]:
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
@@ -384,6 +393,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
             except HcclpyError as exc:  # queuing failed: as torch's backends report it
                 raise backend_error(exc, description) from exc
         if kind == "cpu" or not tensors:
+            self._refuse_capture(operation)
             blocking = not getattr(opts, "asyncOp", True)
             return self._executor.submit(lambda: body(self._host), Work(description, outputs, self._timeout),
                                          blocking=blocking)
@@ -454,6 +464,7 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         if not plan.as_is:
             return None
         self._check_open()
+        self._refuse_capture("allreduce")
         if not self._executor.claim():
             return None
         try:
