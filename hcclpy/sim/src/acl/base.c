@@ -247,8 +247,12 @@ static void load_config(void)
     if (c->error[0] != '\0')
         c->device_count = 0;
 
-    const char *node = getenv("HCCLPY_SIM_NODE");
-    if (node == NULL || *node == '\0') {
+    /* HCCLPY_SIM_NODE is the variable's name before servers talked over TCP. */
+    const char *node = getenv("HCCLPY_SIM_SERVER");
+    if (node == NULL || *node == '\0')
+        node = getenv("HCCLPY_SIM_NODE");
+    c->server_set = node != NULL && *node != '\0';
+    if (!c->server_set) {
         if (gethostname(c->node, sizeof c->node - 1) != 0)
             strcpy(c->node, "localhost");
     } else {

@@ -90,10 +90,6 @@ int sim_ipc_imported(const void *ptr, uint64_t *room);
 int sim_ipc_before_free(const void *ptr, uint64_t size);
 void sim_ipc_after_fork(void);
 
-/* For vmm.c: a block of `bytes` in `device`'s arena (its offset there, and where the arena is),
- * as aclrtMalloc makes one; and freeing it. */
-int sim_arena_alloc_block(int device, uint64_t bytes, const char *api, uint64_t *offset, sim_arena_loc_t *loc);
-void sim_arena_free_block(int device, uint64_t offset);
 
 /* vmm.c: virtual memory (aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem ...). */
 #define SIM_VMM_NONE (-1)     /* not in address space reserved with aclrtReserveMemAddress */

@@ -51,7 +51,8 @@ typedef struct {
     int physical_count;             /* HCCLPY_SIM_DEVICES */
     int visible[256];               /* logical id -> physical id */
     uint64_t device_memory;         /* bytes per device */
-    char node[64];                  /* label of the simulated server */
+    char node[64];                  /* name of the simulated server: HCCLPY_SIM_SERVER, else the host name */
+    bool server_set;                /* HCCLPY_SIM_SERVER is set: this machine holds several servers */
     /* Why a HCCLPY_SIM_* setting is unusable ("" when all are fine): the
      * variable, its value and what it takes. */
     char error[512];
@@ -141,6 +142,13 @@ SIM_EXPORT void sim_arena_unmap(const sim_arena_loc_t *loc) SIM_LINK_NAME(sim_ar
  * runs past the end of the allocation; `why` then describes the problem. */
 SIM_EXPORT int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offset,
                                 char *why, size_t why_len) SIM_LINK_NAME(sim_device_range);
+
+/* A block of `bytes` in `device`'s arena (its offset there, and where the arena is), as
+ * aclrtMalloc makes one, for memory the libraries use themselves (virtual memory's physical
+ * allocations, libhccl's staging between servers); and freeing it. */
+SIM_EXPORT int sim_arena_alloc_block(int device, uint64_t bytes, const char *api, uint64_t *offset,
+                                     sim_arena_loc_t *loc) SIM_LINK_NAME(sim_arena_alloc_block);
+SIM_EXPORT void sim_arena_free_block(int device, uint64_t offset) SIM_LINK_NAME(sim_arena_free_block);
 
 SIM_EXPORT int sim_device_physical(int device) SIM_LINK_NAME(sim_device_physical);
 SIM_EXPORT int sim_current_device(int *device) SIM_LINK_NAME(sim_current_device);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "hccl/internal.h"
+#include "hccl/net.h"
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
@@ -261,7 +262,8 @@ static int get_root_info(HcclRootInfo *rootInfo, const char *api)
     if (rootInfo == NULL)
         return hccl_error(HCCL_E_PTR, "%s: rootInfo is NULL", api);
     rootinfo_wire_t wire;
-    err = hccl_get_root_info(&wire);
+    /* A job that spans servers meets over TCP (net.c); others in this machine's shared memory. */
+    err = hccl_net_wanted() ? hccl_net_root_info(&wire) : hccl_get_root_info(&wire);
     if (err != HCCL_SUCCESS)
         return err;
     memset(rootInfo, 0, sizeof *rootInfo);
@@ -430,6 +432,8 @@ static hccl_comm_t *comm_alloc(void)
 
 static void comm_free(hccl_comm_t *comm)
 {
+    hccl_net_free(comm->net);
+    comm->net = NULL;
     if (comm->peer_base != NULL) {
         for (uint32_t r = 0; r < comm->nranks; r++)
             if (comm->peer_base[r] != NULL)
@@ -927,9 +931,11 @@ static bool cores_oversubscribed(uint32_t local_ranks)
 }
 
 /* A rank's part of creating a communicator; `api` names the call in messages. */
-static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
-                     const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out)
+int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
+                   const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out)
 {
+    if (hccl_net_is_wire(wire))
+        return hccl_net_init(api, nranks, wire, rank, config, device, node, out);
     if (nranks == 0 || nranks > HCCL_SIM_MAX_RANKS)
         return hccl_error(HCCL_E_PARA, "%s: nRanks must be in [1, %u], got %u", api, HCCL_SIM_MAX_RANKS, nranks);
     if (rank >= nranks)
@@ -1079,6 +1085,65 @@ static int comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wi
     return HCCL_SUCCESS;
 }
 
+/* The communicator of a rank whose communicator spans servers (net.c has formed `net`): checked
+ * and named as any other, with a segment of its own that no other process maps (its header keeps
+ * the failure record; its ranks' slots are never read). */
+int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int device, const HcclCommConfig *config,
+                           const uint8_t token[16], hccl_net_t *net, HcclComm *out)
+{
+    parsed_config_t parsed;
+    int err = parse_config(config, api, &parsed);
+    if (err == HCCL_SUCCESS)
+        err = name_check(api, parsed.name, token);
+    hccl_comm_t *comm = err == HCCL_SUCCESS ? comm_alloc() : NULL;
+    if (comm == NULL) {
+        hccl_net_free(net);
+        return err != HCCL_SUCCESS ? err : hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
+    }
+    comm->net = net;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->device = device;
+    comm->segment_bytes = SEG_HEADER_BYTES + 4096;
+    comm->segment = mmap(NULL, comm->segment_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (comm->segment == MAP_FAILED) {
+        comm->segment = NULL;
+        hccl_comm_unref(comm);
+        return hccl_error(HCCL_E_MEMORY, "%s: out of memory", api);
+    }
+    comm->header = (seg_header_t *)comm->segment;
+    comm->header->nranks = nranks;
+    memcpy(comm->header->token, token, 16);
+    double exec_s = exec_timeout_from_env();
+    comm->exec_timeout_ns = parsed.exec_timeout_ns >= 0 ? parsed.exec_timeout_ns : (int64_t)(exec_s * 1e9);
+    for (int item = 0; item < HCCL_CONFIG_RESERVED; item++)
+        atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed.deterministic
+                                                                     : HCCL_COMM_CONFIG_NOT_SET);
+    comm->op_expansion = parsed.op_expansion;
+    comm->buffer_mb = parsed.buffer_mb != 0 ? parsed.buffer_mb : buffer_mb_from_env();
+    snprintf(comm->udi, sizeof comm->udi, "%s", parsed.udi);
+    const char *algo_env = getenv("HCCL_ALGO");
+    snprintf(comm->algo, sizeof comm->algo, "%s", parsed.algo[0] != '\0' || algo_env == NULL ? parsed.algo : algo_env);
+    if (parsed.name[0] != '\0') {
+        snprintf(comm->name, sizeof comm->name, "%s", parsed.name);
+    } else {
+        snprintf(comm->name, sizeof comm->name, "hcclpy_sim_");
+        for (int i = 0; i < 8; i++)
+            snprintf(comm->name + strlen(comm->name), 3, "%02x", token[i]);
+    }
+    comm->handle = sim_handle_new(SIM_KIND_COMM, comm);
+    err = comm->handle == NULL ? hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api) : name_take(api, comm);
+    if (err != HCCL_SUCCESS) {
+        if (comm->handle != NULL)
+            sim_handle_free(comm->handle);
+        hccl_net_shutdown(net);
+        hccl_comm_unref(comm);
+        return err;
+    }
+    *out = comm->handle;
+    return HCCL_SUCCESS;
+}
+
 static int current_device(const char *api, int *device)
 {
     if (sim_current_device(device) != 0)
@@ -1103,7 +1168,7 @@ static int init_root_info(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_
     memcpy(&wire, rootInfo->internal, sizeof wire);
     if (hccl_group_active())
         return hccl_group_add_init(api, nRanks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, comm);
-    return comm_init(api, nRanks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, NULL, comm);
+    return hccl_comm_init(api, nRanks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, NULL, comm);
 }
 
 HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, HcclComm *comm)
@@ -1151,7 +1216,7 @@ HCCL_API HcclResult HcclCommInitRootInfoScalable(uint32_t nRanks, uint32_t nRoot
         digest = (digest ^ ((nRoot >> (8 * b)) & 0xff)) * 0x100000001b3ULL;
     for (uint32_t i = 0; i < nRoot; i++) {
         const rootinfo_wire_t *wire = (const rootinfo_wire_t *)rootInfoList[i].internal;
-        if (memcmp(wire->magic, ROOTINFO_MAGIC, sizeof wire->magic) != 0)
+        if (memcmp(wire->magic, ROOTINFO_MAGIC, sizeof wire->magic) != 0 && !hccl_net_is_wire(wire))
             return hccl_error(HCCL_E_PARA, "%s: rootInfoList[%u] was not produced by HcclGetRootInfoScalable of this "
                               "simulator", api, i);
         for (uint32_t j = 0; j < i; j++)
@@ -1167,7 +1232,7 @@ HCCL_API HcclResult HcclCommInitRootInfoScalable(uint32_t nRanks, uint32_t nRoot
     if (hccl_group_active())
         err = hccl_group_add_init(api, nRanks, &first, rank, config, digest, device, comm);
     else
-        err = comm_init(api, nRanks, &first, rank, config, digest, device, NULL, comm);
+        err = hccl_comm_init(api, nRanks, &first, rank, config, digest, device, NULL, comm);
     for (uint32_t i = 1; i < nRoot; i++) {
         rootinfo_wire_t other;
         memcpy(&other, rootInfoList[i].internal, sizeof other);
@@ -1207,7 +1272,7 @@ static int init_cluster_info(const char *clusterInfo, uint32_t rank, const HcclC
     err = hccl_rank_table_rendezvous(&table, rank, &wire, &server);
     if (err != HCCL_SUCCESS)
         return err;
-    err = comm_init(api, table.nranks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, table.node, comm);
+    err = hccl_comm_init(api, table.nranks, &wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, table.node, comm);
     /* Rank 0: every other rank has the root info once the communicator is formed, and none must
      * get it once it has failed; the socket's name is then free for the next attempt. */
     bool lead = server != NULL;
@@ -1243,7 +1308,7 @@ static void *init_job_main(void *arg)
         snprintf(job->text, sizeof job->text, "aclrtSetDevice(%d) failed: %s", job->device, sim_error_text());
         return NULL;
     }
-    job->err = comm_init(job->api, job->nranks, &job->wire, job->rank, job->has_config ? &job->config : NULL,
+    job->err = hccl_comm_init(job->api, job->nranks, &job->wire, job->rank, job->has_config ? &job->config : NULL,
                          job->join_kind, job->device, NULL, &job->comm);
     if (job->err != HCCL_SUCCESS)
         snprintf(job->text, sizeof job->text, "%s", sim_error_text());
@@ -1459,6 +1524,10 @@ static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, 
     }
     if (config == NULL)
         return hccl_error(HCCL_E_PTR, "%s: config is NULL (initialise one with HcclCommConfigInit)", api);
+    if (parent->net != NULL)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: '%s' spans servers, and the simulator makes sub-communicators "
+                          "only of communicators whose ranks share a server (make one from a root info instead)",
+                          api, parent->name);
     if (parent->is_subcomm)
         return hccl_error(HCCL_E_NOT_SUPPORT, "%s: '%s' is itself a sub-communicator; HCCL splits only one level, "
                           "so create the sub-communicator from the parent", api, parent->name);
@@ -1569,7 +1638,7 @@ static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, 
                 usleep(200);
         }
     }
-    err = comm_init(api, rankNum, &wire, subCommRankId, config, HCCL_SIM_JOIN_ROOT_INFO, parent->device,
+    err = hccl_comm_init(api, rankNum, &wire, subCommRankId, config, HCCL_SIM_JOIN_ROOT_INFO, parent->device,
                     comm_slot(parent, parent->rank)->node, subComm);
     if (subCommRankId == 0) {
         /* The members have what they need (or will not come); a failure before this rank joined

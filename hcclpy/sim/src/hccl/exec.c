@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "acl/acl.h"
 #include "hccl/internal.h"
+#include "hccl/net.h"
 
 #define PROGRESS(seq, phase) (((uint64_t)(seq) << 16) | (uint64_t)(phase))
 #define HEALTH_CHECK_NS (20 * SIM_NS_PER_MS)
@@ -60,7 +62,7 @@ static bool all_reached(const hccl_comm_t *comm, uint64_t target)
 
 /* --------------------------------------------------------------- describe */
 
-static int describe(const op_desc_t *d, char *out, size_t len)
+int hccl_op_describe(const op_desc_t *d, char *out, size_t len)
 {
     const char *dtype = hccl_dtype_name(d->dtype);
     switch (d->type) {
@@ -88,7 +90,7 @@ static int describe(const op_desc_t *d, char *out, size_t len)
 }
 
 /* Checks that rank `peer` called the same collective as this rank. */
-static bool same_call(const op_desc_t *a, const op_desc_t *b)
+bool hccl_same_call(const op_desc_t *a, const op_desc_t *b)
 {
     if (a->type != b->type || a->seq != b->seq)
         return false;
@@ -174,7 +176,7 @@ static int check_signatures(op_task_t *op)
     uint32_t unnamed = UINT32_MAX; /* a peer whose count matrix differs where this rank cannot see */
     for (uint32_t r = 0; r < comm->nranks; r++) {
         const op_desc_t *theirs = desc_of(op, r);
-        if (r == comm->rank || same_call(mine, theirs))
+        if (r == comm->rank || hccl_same_call(mine, theirs))
             continue;
         if (mine->type == HCCL_CMD_ALLTOALLVC && theirs->type == HCCL_CMD_ALLTOALLVC &&
             mine->seq == theirs->seq && mine->dtype == theirs->dtype) {
@@ -192,8 +194,8 @@ static int check_signatures(op_task_t *op)
                      (unsigned long long)other);
             return report_mismatch(op, r, a, b);
         }
-        describe(mine, a, sizeof a);
-        describe(theirs, b, sizeof b);
+        hccl_op_describe(mine, a, sizeof a);
+        hccl_op_describe(theirs, b, sizeof b);
         return report_mismatch(op, r, a, b);
     }
     if (unnamed == UINT32_MAX)
@@ -430,6 +432,8 @@ static uint64_t eager_bytes(const op_task_t *op, size_t elem)
 
 bool hccl_op_is_eager(const op_task_t *op)
 {
+    if (op->comm->net != NULL)
+        return false; /* the steps of an operation spanning servers are netops.c's */
     return eager_bytes(op, hccl_dtype_size(op->dtype)) <= HCCL_SIM_EAGER_BYTES;
 }
 
@@ -978,6 +982,26 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
 int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
 {
     op_task_t *op = (op_task_t *)task;
+    if (op->comm->net != NULL) {
+        /* Spanning servers: in the communicator's order as any other, then to its end. */
+        hccl_comm_t *comm = op->comm;
+        if (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1) {
+            sim_backoff_t backoff;
+            sim_backoff_init(&backoff);
+            while (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1) {
+                if (sim_now_ns() >= caller_deadline_ns)
+                    return SIM_TASK_AGAIN;
+                if (sim_backoff_step(&backoff))
+                    usleep(50);
+            }
+        }
+        op->started = true;
+        int rc = hccl_net_run(op);
+        if (rc != HCCL_SUCCESS)
+            return fail(op, rc);
+        finish(op);
+        return SIM_TASK_DONE;
+    }
     bool announced = false;
     int rc = run_op(op, caller_deadline_ns, &announced);
     if (announced)

@@ -166,6 +166,8 @@ typedef struct {
 /* Communicator objects are recycled, never given back to malloc (comm.c): a thread that looked
  * one up through a stale handle may still touch `refs`, which therefore stays first and is
  * never cleared by a reuse, only moved from 0 to 1 by it. */
+typedef struct hccl_net hccl_net_t; /* net.h */
+
 typedef struct hccl_comm {
     _Atomic int refs;
     struct hccl_comm *next_spare;
@@ -211,6 +213,7 @@ typedef struct hccl_comm {
 
     _Atomic uint32_t async_error;
     char async_text[1024];
+    hccl_net_t *net;                /* its ranks span servers (net.h); NULL: they share one */
 } hccl_comm_t;
 
 static inline slot_head_t *comm_slot(const hccl_comm_t *comm, uint32_t rank)
@@ -277,6 +280,14 @@ const char *hccl_abort_text(seg_header_t *header);
  * recorded with "<api>: communicator '<name>' has failed (rank R: why); destroy it ...". */
 int hccl_comm_check_usable(const hccl_comm_t *comm, const char *api);
 int hccl_get_root_info(rootinfo_wire_t *wire);
+/* Joins the communicator of root info `wire` as `rank` of `nranks` (on server `node`; NULL: this
+ * process's), as HcclCommInitRootInfoConfig does. */
+int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
+                   const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out);
+/* The communicator object of a rank of a communicator that spans servers (net.c); it owns `net`
+ * (released on failure too). */
+int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int device, const HcclCommConfig *config,
+                           const uint8_t token[16], hccl_net_t *net, HcclComm *out);
 /* Gives up a root info this process made for a communicator that will not be formed: ranks
  * that already joined with it fail at once (with `code`, PARA or REMOTE, quoting `why`), and it
  * is released. */
@@ -380,6 +391,10 @@ bool hccl_cmd_is_collective(uint32_t type);
  * exchange it through their slots (see exec.c): its first steps are worth
  * running at once. */
 bool hccl_op_is_eager(const op_task_t *op);
+/* "all_reduce(count=4, float32, sum)": how messages name a call (exec.c). */
+int hccl_op_describe(const op_desc_t *d, char *out, size_t len);
+/* Whether two ranks' descriptions of their collective are the same call. */
+bool hccl_same_call(const op_desc_t *a, const op_desc_t *b);
 void hccl_op_cancel(sim_task_t *task, int error, const char *why);
 
 /* Several communicator initialisations run at once, one thread each. */
