@@ -45,6 +45,18 @@ class DataType(enum.IntEnum):
         return _ITEMSIZE[self]
 
     @property
+    def size(self) -> int:
+        """Size of one element in bytes, as CANN's ``aclDataTypeSize`` gives it (the same as
+        :attr:`itemsize`, NumPy's name).
+
+        Examples
+        --------
+        >>> hcclpy.DataType.BF16.size
+        2
+        """
+        return self.itemsize
+
+    @property
     def numpy(self) -> np.dtype:
         """The matching NumPy dtype (bfloat16 needs the optional ``ml_dtypes`` package)."""
         return numpy_dtype(self)

@@ -44,6 +44,27 @@ def _byte_size(dims: Tuple[int, ...], itemsize: int) -> int:
     return nbytes
 
 
+def _byte_count(value: Any, argument: str) -> int:
+    """``value`` as a count of bytes or rows: a non-negative int (not a bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{argument}={value!r} must be an int, not a bool")
+    try:
+        count = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{argument}={value!r} must be an int, got {type(value).__name__}") from None
+    if not 0 <= count < _MAX_BYTES:
+        raise ValueError(f"{argument}={count} must be from 0 to 2**63 - 1")
+    return count
+
+
+def _extent_from_start(array: np.ndarray) -> int:
+    """The bytes of ``array``'s memory from its first element to the end of its last one (the
+    span a copy may reach from its first byte: the gaps between its rows, never past its end)."""
+    if array.size == 0:
+        return 0
+    return array.itemsize + sum((n - 1) * s for n, s in zip(array.shape, array.strides) if s > 0)
+
+
 def _shape_of(shape: ShapeLike, negative_ok: bool = False) -> Tuple[int, ...]:
     bools = (bool, np.bool_)
     try:
@@ -132,16 +153,53 @@ class IpcHandle(NamedTuple):
     """The bytes shared."""
 
 
-def _rows(array: np.ndarray) -> Optional[Tuple[int, int]]:
-    """``(rows, pitch)`` when ``array`` is rows along its first axis, each contiguous and apart
-    by a pitch of at least a row (the layout ``aclrtMemcpy2d`` copies in one call, such as a slice
-    ``big[:, 2:6]``), on a CANN with 2-D copies; None otherwise."""
+class _Rows(NamedTuple):
+    """A 2-D copy as ``aclrtMemcpy2d`` takes it: ``height`` rows of ``width`` bytes, the
+    destination's rows ``dst_pitch`` bytes apart, the source's ``src_pitch``."""
+
+    width: int
+    height: int
+    dst_pitch: int
+    src_pitch: int
+
+
+def _host_rows(array: np.ndarray, kind: int) -> Optional[_Rows]:
+    """The copy of ``array`` to (``kind`` _D2H) or from (_H2D) a contiguous device array when
+    ``array`` is rows along its first axis, each contiguous and apart by a pitch of at least a row
+    (the layout ``aclrtMemcpy2d`` copies in one call, such as a slice ``big[:, 2:6]``), on a CANN
+    with 2-D copies; None otherwise."""
     if array.ndim < 2 or array.shape[0] < 2 or array.size == 0:
         return None
     pitch, row = array.strides[0], array[0]
     if not row.flags.c_contiguous or pitch < row.nbytes or not _ffi.api().present.get("aclrtMemcpy2d"):
         return None
-    return array.shape[0], pitch
+    width = row.nbytes
+    return _Rows(width, array.shape[0], pitch, width) if kind == _D2H else _Rows(width, array.shape[0], width, pitch)
+
+
+def copy_rows(dst: int, src: int, rows: _Rows, kind: int, stream: Optional[Stream] = None) -> None:
+    """Copy ``rows`` from address ``src`` to address ``dst`` (``kind``: an aclrtMemcpyKind), done
+    when it returns, or queued on ``stream``: rows packed on both sides in one copy, others in one
+    ``aclrtMemcpy2d(Async)``, or a copy per row where CANN has no 2-D copy (device to device, which
+    ``aclrtMemcpy2d`` does not do, or a CANN without it)."""
+    width, height, dst_pitch, src_pitch = rows
+    if width == 0 or height == 0:
+        return
+    if height == 1 or dst_pitch == src_pitch == width:
+        copy_bytes(dst, src, width * height, kind, stream)
+        return
+    bound = _ffi.api()
+    if kind == _D2D or not bound.present.get("aclrtMemcpy2d"):
+        for row in range(height):
+            copy_bytes(dst + row * dst_pitch, src + row * src_pitch, width, kind, stream)
+        return
+    pointer = _ffi.pointer
+    if stream is None:
+        _ffi.check_acl(bound.aclrtMemcpy2d(pointer(dst), dst_pitch, pointer(src), src_pitch, width, height, kind),
+                       "aclrtMemcpy2d")
+    else:
+        _ffi.check_acl(bound.aclrtMemcpy2dAsync(pointer(dst), dst_pitch, pointer(src), src_pitch, width, height,
+                                                kind, stream._cdata()), "aclrtMemcpy2dAsync")
 
 
 def _free_block(ptr: int, keys: list) -> None:
@@ -385,24 +443,20 @@ class DeviceArray:
         stream._check_open()
 
     def _copy(self, dst: int, src: int, kind: int, stream: Optional[Stream], keep: Tuple[Any, ...],
-              rows: Optional[Tuple[int, int]] = None) -> None:
-        """Copy this array's bytes from ``src`` to ``dst`` (addresses), now or queued on ``stream``,
-        which then keeps ``keep`` (the arrays involved) alive until the copy is done. ``rows``:
-        the host side is ``rows[0]`` rows ``rows[1]`` bytes apart (``aclrtMemcpy2d``)."""
+              rows: Optional[_Rows] = None) -> None:
+        """Copy ``rows`` (None: this array's bytes, contiguous on both sides) from address ``src``
+        to address ``dst``, now or queued on ``stream``, after the queued work on the device
+        arrays of ``keep`` (the arrays involved), which ``stream`` then keeps alive until the copy
+        is done. Every copy of a DeviceArray comes here, so that they all order and hold alike."""
         if rows is None:
-            copy_bytes(dst, src, self.nbytes, kind, stream)
-        elif self.nbytes:
-            height, pitch = rows
-            width = self.nbytes // height
-            dpitch, spitch = (width, pitch) if kind == _H2D else (pitch, width)
-            bound, pointer = _ffi.api(), _ffi.pointer
-            if stream is None:
-                _ffi.check_acl(bound.aclrtMemcpy2d(pointer(dst), dpitch, pointer(src), spitch, width, height, kind),
-                               "aclrtMemcpy2d")
-            else:
-                _ffi.check_acl(bound.aclrtMemcpy2dAsync(pointer(dst), dpitch, pointer(src), spitch, width, height,
-                                                        kind, stream._cdata()), "aclrtMemcpy2dAsync")
-        if stream is not None and self.nbytes:
+            rows = _Rows(self.nbytes, 1, self.nbytes, self.nbytes)
+        if rows.width == 0 or rows.height == 0:
+            return
+        for item in keep:
+            if isinstance(item, DeviceArray):
+                settle(item._alloc, stream)  # a copy now must not change what queued work still reads
+        copy_rows(dst, src, rows, kind, stream)
+        if stream is not None:
             stream._hold(keep)
 
     def copy_from(self, src: Union[np.ndarray, DeviceArray], *, stream: Optional[Stream] = None) -> None:
@@ -411,6 +465,8 @@ class DeviceArray:
         Without ``stream`` the copy is done when the call returns. With ``stream`` it is queued there,
         and the stream keeps both arrays alive until it is done; a host ``src`` must stay unchanged
         until then (the copy is only asynchronous for pinned memory, see :func:`pinned_empty`).
+        A host ``src`` whose rows are apart (a slice ``big[:, a:b]``) is copied in one 2-D copy;
+        :meth:`copy_2d` copies other pitched layouts.
         """
         self._check_open()
         self._check_stream(stream, "copy")
@@ -419,18 +475,15 @@ class DeviceArray:
             if src._dtype != self._dtype or src._size != self._size:
                 raise ValueError(f"src is {src._size} x {src._dtype.name.lower()}, this array "
                                  f"{self._size} x {self._dtype.name.lower()}")
-            settle(src._alloc, stream)
-            settle(self._alloc, stream)  # a copy now must not change what queued work still reads
             self._copy(self.ptr, src.ptr, _D2D, stream, (self, src))
             return
         array = self._host_array(src, "src")
-        rows = None if array.flags.c_contiguous else _rows(array)
+        rows = None if array.flags.c_contiguous else _host_rows(array, _H2D)
         if not array.flags.c_contiguous and rows is None:
             if stream is not None:
                 raise ValueError("src must be C-contiguous, or rows that are each contiguous (a slice of the last "
                                  "axes of a larger array), for a copy on a stream (use np.ascontiguousarray)")
             array = np.ascontiguousarray(array)
-        settle(self._alloc, stream)
         self._copy(self.ptr, array.ctypes.data, _H2D, stream, (self, array), rows)
 
     def copy_to(self, dst: Union[np.ndarray, DeviceArray], *, stream: Optional[Stream] = None) -> None:
@@ -445,12 +498,99 @@ class DeviceArray:
         array = self._host_array(dst, "dst")
         if not array.flags.writeable:
             raise ValueError("dst is read-only")
-        rows = None if array.flags.c_contiguous else _rows(array)
+        rows = None if array.flags.c_contiguous else _host_rows(array, _D2H)
         if not array.flags.c_contiguous and rows is None:
             raise ValueError("dst must be C-contiguous, or rows that are each contiguous (a slice of the last axes "
                              "of a larger array)")
-        settle(self._alloc, stream)
         self._copy(array.ctypes.data, self.ptr, _D2H, stream, (self, array), rows)
+
+    def copy_2d(self, *, src: Union[np.ndarray, DeviceArray, None] = None,
+                dst: Union[np.ndarray, DeviceArray, None] = None, width: int, height: int,
+                src_pitch: Optional[int] = None, dst_pitch: Optional[int] = None,
+                stream: Optional[Stream] = None) -> None:
+        """Copy ``height`` rows of ``width`` bytes from ``src`` into this array, or from this
+        array into ``dst`` (give one of the two), the source's rows ``src_pitch`` bytes apart and
+        the destination's ``dst_pitch`` (CANN's ``aclrtMemcpy2d``, CUDA's ``cudaMemcpy2D``).
+
+        Rows start at each side's first byte: to start elsewhere, pass a view, such as a NumPy
+        slice or ``array.view("uint8")[offset:]``. The other side is a NumPy array (any element
+        type but objects: this copies bytes) or a :class:`DeviceArray`; device to device, which
+        ``aclrtMemcpy2d`` does not do, copies row by row. Done when the call returns, or queued on
+        ``stream`` as :meth:`copy_from` does (a NumPy array must then stay unchanged until the
+        copy is done).
+
+        Parameters
+        ----------
+        src, dst
+            The other side of the copy: ``src`` copies into this array, ``dst`` out of it.
+        width
+            Bytes per row.
+        height
+            Rows.
+        src_pitch, dst_pitch
+            Bytes from the start of one row to the start of the next, on the source and on the
+            destination side; at least ``width``. Default: ``width`` (rows packed).
+        stream
+            Queue the copy on this stream of the array's device instead of copying now.
+
+        Raises
+        ------
+        TypeError
+            Neither or both of ``src`` and ``dst``, the other side not a NumPy or device array (or
+            a NumPy array of objects), a size that is not an int, or ``stream`` not a Stream.
+        ValueError
+            A negative size, a pitch smaller than ``width``, rows that run past either side's
+            bytes, a read-only NumPy ``dst``, device sides that overlap, a closed array, or a
+            ``stream`` of another device.
+
+        Examples
+        --------
+        Columns 2 to 5 of a device matrix of 8 float32 columns, into a packed host array:
+
+        >>> matrix = hcclpy.from_numpy(np.arange(32, dtype=np.float32).reshape(4, 8), device=0)
+        >>> block = np.empty((4, 4), np.float32)
+        >>> matrix.view("uint8")[2 * 4:].copy_2d(dst=block, width=4 * 4, height=4, src_pitch=8 * 4)
+        >>> block[0]
+        array([2., 3., 4., 5.], dtype=float32)
+        """
+        if (src is None) == (dst is None):
+            raise TypeError(f"copy_2d takes src= (copy into this array) or dst= (copy out of it): got "
+                            f"{'both' if src is not None else 'neither'}")
+        into = src is not None
+        other: Any = src if into else dst
+        role = "src" if into else "dst"
+        width, height = _byte_count(width, "width"), _byte_count(height, "height")
+        src_pitch = width if src_pitch is None else _byte_count(src_pitch, "src_pitch")
+        dst_pitch = width if dst_pitch is None else _byte_count(dst_pitch, "dst_pitch")
+        for name, pitch in (("src_pitch", src_pitch), ("dst_pitch", dst_pitch)):
+            if pitch < width:
+                raise ValueError(f"{name}={pitch} is less than width={width}: a row must fit in its pitch")
+        self._check_open()
+        self._check_stream(stream, "copy")
+        if isinstance(other, DeviceArray):
+            other._check_open()
+            kind, address, extent = _D2D, other.ptr, other.nbytes
+        elif isinstance(other, np.ndarray):
+            if other.dtype.hasobject:
+                raise TypeError(f"{role} holds Python objects ({other.dtype}), whose bytes cannot be copied")
+            if not into and not other.flags.writeable:
+                raise ValueError("dst is read-only")
+            kind, address = (_H2D if into else _D2H), int(other.__array_interface__["data"][0])
+            extent = _extent_from_start(other)
+        else:
+            raise TypeError(f"{role} must be a numpy.ndarray or an hcclpy.DeviceArray, got {type(other).__name__}")
+        here, there = (self.ptr, self.nbytes, "this array"), (address, extent, role)
+        (src_at, src_size, src_is), (dst_at, dst_size, dst_is) = (there, here) if into else (here, there)
+        src_span, dst_span = (height - 1) * src_pitch + width, (height - 1) * dst_pitch + width
+        if width and height:
+            for name, span, size, what, pitch in (("src", src_span, src_size, src_is, src_pitch),
+                                                  ("dst", dst_span, dst_size, dst_is, dst_pitch)):
+                if span > size:
+                    raise ValueError(f"{name}: {height} rows of {width} bytes, {pitch} bytes apart, span {span} "
+                                     f"bytes, but {what} has {size} bytes from its first byte")
+            if kind == _D2D and src_at < dst_at + dst_span and dst_at < src_at + src_span:
+                raise ValueError("src and dst overlap: a 2-D copy between device arrays needs separate memory")
+        self._copy(dst_at, src_at, kind, stream, (self, other), _Rows(width, height, dst_pitch, src_pitch))
 
     def to_numpy(self, *, stream: Optional[Stream] = None) -> np.ndarray:
         """A new host array with a copy of the data (after ``stream``'s queued work, if given)."""
