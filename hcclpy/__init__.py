@@ -31,10 +31,10 @@ from .config import CommConfig
 from .errors import (AclError, CollectiveMismatchError, CommTimeoutError, HcclError, HcclpyError, HostFunctionError,
                      LibraryNotFoundError, RemoteRankError, SimulatorFallbackWarning, UnsupportedError)
 from .rootinfo import RootInfo
-from .runtime import (Device, DeviceArray, Event, Graph, HostRegistration, IpcEventHandle, IpcHandle, PointerAttributes, Stream, device_count, empty,
-                      from_numpy, pinned_empty, pointer_attributes, register_host, set_op_execute_timeout,
-                      set_op_wait_timeout, zeros)
-from .runtime import PhysicalMemory, ShareableHandle, VirtualRange, allocation_granularity
+from .runtime import (Device, DeviceArray, Event, Graph, HostRegistration, IpcEventHandle, IpcHandle, PhysicalMemory,
+                      PointerAttributes, ShareableHandle, Stream, VirtualRange, allocation_granularity,
+                      capture_thread_mode, device_count, empty, from_numpy, pinned_empty, pointer_attributes,
+                      register_host, set_op_execute_timeout, set_op_wait_timeout, zeros)
 from .types import DataType, OpLike, ReduceOp
 
 __version__ = "0.1.0"
@@ -44,14 +44,14 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "AclError", "BufferLike", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType", "Device",
-    "DeviceArray", "Event", "Graph",
-    "HcclError", "HcclpyError", "HostFunctionError", "HostRegistration", "IpcEventHandle", "IpcHandle", "LibraryNotFoundError", "OpLike", "PersistentOp",
-    "PointerAttributes", "ReduceOp", "RemoteRankError", "RootInfo",
-    "SimulatorFallbackWarning", "Stream", "UnsupportedError", "backend", "device_count", "empty", "errors", "from_numpy", "group", "has", "init",
-    "library_info", "pinned_empty", "pointer_attributes", "register_host", "set_op_execute_timeout", "set_op_wait_timeout",
-    "shutdown", "trace", "zeros",
-    "PhysicalMemory", "ShareableHandle", "VirtualRange", "allocation_granularity",
+    "AclError", "BufferLike", "CollectiveMismatchError", "CommConfig", "CommTimeoutError", "Communicator", "DataType",
+    "Device", "DeviceArray", "Event", "Graph", "HcclError", "HcclpyError", "HostFunctionError", "HostRegistration",
+    "IpcEventHandle", "IpcHandle", "LibraryNotFoundError", "OpLike", "PersistentOp", "PhysicalMemory",
+    "PointerAttributes", "ReduceOp", "RemoteRankError", "RootInfo", "ShareableHandle", "SimulatorFallbackWarning",
+    "Stream", "UnsupportedError", "VirtualRange", "allocation_granularity", "backend", "capture_thread_mode",
+    "device_count", "empty", "errors", "from_numpy", "group", "has", "init", "library_info", "pinned_empty",
+    "pointer_attributes", "register_host", "set_op_execute_timeout", "set_op_wait_timeout", "shutdown", "trace",
+    "zeros",
 ]
 
 

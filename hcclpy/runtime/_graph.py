@@ -20,11 +20,19 @@ from ..errors import UnsupportedError
 from . import _stream
 from ._lifetime import CLOSES, attach, close_now
 
-__all__ = ["CAPTURE_MODES", "Graph", "TaskGroup", "capturing", "captures_here"]
+__all__ = ["CAPTURE_MODES", "Graph", "TaskGroup", "capture_thread_mode", "capturing", "captures_here"]
 
 CAPTURE_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}  # aclmdlRICaptureMode
 """The capture modes by name: which threads may call the functions a capture forbids
 (synchronous copies and sets, copies of pageable host memory) while it runs."""
+
+
+def _mode_code(mode: object) -> int:
+    """The aclmdlRICaptureMode of ``mode``, a name of :data:`CAPTURE_MODES`."""
+    code = CAPTURE_MODES.get(mode) if isinstance(mode, str) else None
+    if code is None:
+        raise ValueError(f"mode={mode!r} must be one of {', '.join(repr(m) for m in CAPTURE_MODES)}")
+    return code
 
 capturing = [0]
 """Captures under way in the process: the operations look (one read) before their C call, and
@@ -67,9 +75,7 @@ class Graph:
 
     @classmethod
     def _begin(cls, stream: _stream.Stream, mode: str) -> Graph:
-        code = CAPTURE_MODES.get(mode) if isinstance(mode, str) else None
-        if code is None:
-            raise ValueError(f"mode={mode!r} must be one of {', '.join(repr(m) for m in CAPTURE_MODES)}")
+        code = _mode_code(mode)
         stream._check_open()
         if stream._graph is not None:
             raise ValueError(f"{stream!r} is capturing already")
@@ -268,3 +274,53 @@ class TaskGroup:
             stream._graph = None
             CLOSES[0] += 1
             _ffi.check_acl(bound.aclmdlRICaptureTaskUpdateEnd(stream._cdata()), "aclmdlRICaptureTaskUpdateEnd")
+
+
+@contextlib.contextmanager
+def capture_thread_mode(mode: str) -> Iterator[str]:
+    """Set the calling thread's own capture mode for a ``with`` block, and give back the one it
+    had (``aclmdlRICaptureThreadExchangeMode``, as CUDA's ``cudaThreadExchangeStreamCaptureMode``).
+
+    The calls a capture forbids (synchronous copies and fills, copies of pageable host memory)
+    are refused to a thread by the captures under way, as their modes and the thread's own mode
+    decide together. A thread's mode is ``"global"`` until changed: any global-mode capture, of
+    any thread, refuses its calls. ``"thread_local"``: only the captures this thread began refuse
+    them. ``"relaxed"``: none does, so this thread may copy synchronously, or run operations on
+    NumPy arrays, while another thread captures in global mode. (hcclpy's own refusals in a
+    capture, such as an operation on a stream that does not capture, follow the capture's mode.)
+
+    Parameters
+    ----------
+    mode
+        ``"global"``, ``"thread_local"`` or ``"relaxed"``.
+
+    Yields
+    ------
+    str
+        The mode the thread had before the block, which it has again after it.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` is none of those.
+    UnsupportedError
+        On a CANN without ``aclmdlRICaptureThreadExchangeMode`` (8.2 and later have it).
+
+    Examples
+    --------
+    >>> with hcclpy.capture_thread_mode("relaxed"):  # while another thread captures
+    ...     weights.copy_from(new_weights)             # a synchronous copy, refused otherwise
+    """
+    code = _mode_code(mode)
+    bound = _ffi.api()
+    if not bound.present.get("aclmdlRICaptureThreadExchangeMode"):
+        raise UnsupportedError("capture_thread_mode needs aclmdlRICaptureThreadExchangeMode (CANN 8.2 and later), "
+                               "which this CANN does not provide")
+    exchanged = _ffi.new("int *", code)
+    _ffi.check_acl(bound.aclmdlRICaptureThreadExchangeMode(exchanged), "aclmdlRICaptureThreadExchangeMode")
+    previous = int(exchanged[0])
+    try:
+        yield next((name for name, value in CAPTURE_MODES.items() if value == previous), str(previous))
+    finally:
+        exchanged[0] = previous
+        _ffi.check_acl(bound.aclmdlRICaptureThreadExchangeMode(exchanged), "aclmdlRICaptureThreadExchangeMode")
