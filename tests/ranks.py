@@ -109,10 +109,22 @@ def _describe(errors: Sequence[RankError], header: str) -> str:
     return "\n".join(parts)
 
 
-def _root_info() -> bytes:
+def _root_info(servers: Optional[Sequence[str]] = None) -> bytes:
     import hcclpy
 
-    return hcclpy.RootInfo.generate(device=0).to_bytes()
+    if not servers:
+        return hcclpy.RootInfo.generate(device=0).to_bytes()
+    # A root info for ranks on several simulated servers: the simulator reads HCCLPY_SIM_SERVER
+    # when it makes one, and then serves it over TCP from this process.
+    saved = os.environ.get("HCCLPY_SIM_SERVER")
+    os.environ["HCCLPY_SIM_SERVER"] = "pytest"
+    try:
+        return hcclpy.RootInfo.generate(device=0).to_bytes()
+    finally:
+        if saved is None:
+            del os.environ["HCCLPY_SIM_SERVER"]
+        else:
+            os.environ["HCCLPY_SIM_SERVER"] = saved
 
 
 def _finish(size: int, outcomes: Dict[int, Any], errors: Dict[int, RankError], missing: Sequence[int],
@@ -219,16 +231,26 @@ def _process_context() -> Any:
 
 def run_processes(fn: Callable[..., Any], size: int, *args: Any, timeout: Optional[float] = None,
                   env: Optional[Mapping[str, str]] = None, return_exceptions: bool = False,
-                  root_info: Optional[bytes] = None) -> List[Any]:
-    """Run ``fn`` as ``size`` fresh processes (see the module docstring)."""
+                  root_info: Optional[bytes] = None, servers: Optional[Sequence[str]] = None) -> List[Any]:
+    """Run ``fn`` as ``size`` fresh processes (see the module docstring). With ``servers`` (one
+    name a rank), each rank runs on that simulated server (``HCCLPY_SIM_SERVER``): ranks of
+    different servers talk over TCP."""
     timeout = DEFAULT_TIMEOUT["processes"] if timeout is None else timeout
-    info = _root_info() if root_info is None else root_info
+    if servers is not None and len(servers) != size:
+        raise ValueError(f"servers names {len(servers)} servers for {size} ranks")
+    info = _root_info(servers) if root_info is None else root_info
     variables = {**os.environ, **RANK_ENV, **(env or {})}
+
+    def rank_env(rank: int) -> Dict[str, str]:
+        if servers is None:
+            return variables
+        return {**variables, "HCCLPY_SIM_SERVER": servers[rank], SERVERS_VARIABLE: ",".join(servers)}
+
     context = _process_context()
     results = context.Queue()
     processes = [
         context.Process(target=_child_main, name=f"rank{r}", daemon=True,
-                        args=(fn, r, size, info, args, variables, os.getcwd(), results, max(1.0, timeout - 5.0)))
+                        args=(fn, r, size, info, args, rank_env(r), os.getcwd(), results, max(1.0, timeout - 5.0)))
         for r in range(size)
     ]
     outcomes: Dict[int, Any] = {}
@@ -341,9 +363,11 @@ def make_input(tag: str, rank: int, count: int, dtype: str, op: Optional[str] = 
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def reduce_reference(inputs: Sequence[np.ndarray], op: str, dtype: str) -> np.ndarray:
-    """``inputs[0] op inputs[1] op ...`` in rank order, as the simulator computes it (fp16 and bf16
-    accumulate in fp32 and round once; integers wrap)."""
+# Set by run_processes(servers=...) in every rank: which server each rank is on, comma-separated.
+SERVERS_VARIABLE = "HCCLPY_TEST_SERVERS"
+
+
+def _reduce_in_order(inputs: Sequence[np.ndarray], op: str, dtype: str) -> np.ndarray:
     dt = np_dtype(dtype)
     acc_dt = np.dtype(np.float32) if dtype in ("float16", "bfloat16") else dt
     ufunc = _UFUNCS[op]
@@ -351,6 +375,19 @@ def reduce_reference(inputs: Sequence[np.ndarray], op: str, dtype: str) -> np.nd
     for x in inputs[1:]:
         acc = ufunc(acc, np.asarray(x).astype(acc_dt))
     return acc.astype(dt)
+
+
+def reduce_reference(inputs: Sequence[np.ndarray], op: str, dtype: str) -> np.ndarray:
+    """``inputs[0] op inputs[1] op ...`` in rank order, as the simulator computes it (fp16 and bf16
+    accumulate in fp32 and round once; integers wrap). For ranks on several servers
+    (:data:`SERVERS_VARIABLE`), in the simulator's hierarchical order: each server's ranks in rank
+    order, then the servers' results in the order of their lowest ranks."""
+    layout = os.environ.get(SERVERS_VARIABLE, "").split(",")
+    if len(layout) != len(inputs) or len(set(layout)) < 2:
+        return _reduce_in_order(inputs, op, dtype)
+    servers = list(dict.fromkeys(layout))
+    partial = [_reduce_in_order([x for x, s in zip(inputs, layout) if s == server], op, dtype) for server in servers]
+    return _reduce_in_order(partial, op, dtype)
 
 
 def mismatch(name: str, got: np.ndarray, want: np.ndarray) -> Optional[str]:

@@ -236,6 +236,55 @@ static void load_visible(sim_config_t *c)
                  visible);
 }
 
+static bool env_count(const char *name, long *out)
+{
+    const char *text = getenv(name);
+    if (text == NULL || *text == '\0')
+        return false;
+    char *end;
+    long value = strtol(text, &end, 10);
+    if (*end != '\0' || value < 0)
+        return false;
+    *out = value;
+    return true;
+}
+
+int sim_server(char *name, size_t len)
+{
+    /* HCCLPY_SIM_NODE is the variable's name from before servers talked over TCP. */
+    const char *set = getenv("HCCLPY_SIM_SERVER");
+    if (set == NULL || *set == '\0')
+        set = getenv("HCCLPY_SIM_NODE");
+    if (set != NULL && *set != '\0') {
+        if (name != NULL)
+            snprintf(name, len, "%s", set);
+        return SIM_SERVER_SET;
+    }
+    /* Launchers that started the job on several nodes: torchrun and hcclpy run (GROUP_RANK of
+     * GROUP_WORLD_SIZE), Slurm (SLURM_NODEID of SLURM_NNODES); Open MPI and MPICH say only that
+     * some ranks are elsewhere, and the host name tells the nodes apart. */
+    long nodes, node, local, all;
+    int spans = SIM_SERVER_ALONE;
+    if (env_count("GROUP_WORLD_SIZE", &nodes) && env_count("GROUP_RANK", &node) && nodes > 1) {
+        if (name != NULL)
+            snprintf(name, len, "node%ld", node);
+        return SIM_SERVER_LAUNCHER;
+    }
+    if (env_count("SLURM_NNODES", &nodes) && env_count("SLURM_NODEID", &node) && nodes > 1) {
+        if (name != NULL)
+            snprintf(name, len, "node%ld", node);
+        return SIM_SERVER_LAUNCHER;
+    }
+    if ((env_count("OMPI_COMM_WORLD_LOCAL_SIZE", &local) && env_count("OMPI_COMM_WORLD_SIZE", &all)) ||
+        (env_count("MPI_LOCALNRANKS", &local) && env_count("PMI_SIZE", &all)))
+        spans = local < all ? SIM_SERVER_LAUNCHER : SIM_SERVER_ALONE;
+    if (name != NULL && (gethostname(name, len - 1) != 0 || name[0] == '\0'))
+        snprintf(name, len, "localhost");
+    if (name != NULL)
+        name[len - 1] = '\0';
+    return spans;
+}
+
 static void load_config(void)
 {
     sim_config_t *c = &g_config;
@@ -247,17 +296,7 @@ static void load_config(void)
     if (c->error[0] != '\0')
         c->device_count = 0;
 
-    /* HCCLPY_SIM_NODE is the variable's name before servers talked over TCP. */
-    const char *node = getenv("HCCLPY_SIM_SERVER");
-    if (node == NULL || *node == '\0')
-        node = getenv("HCCLPY_SIM_NODE");
-    c->server_set = node != NULL && *node != '\0';
-    if (!c->server_set) {
-        if (gethostname(c->node, sizeof c->node - 1) != 0)
-            strcpy(c->node, "localhost");
-    } else {
-        snprintf(c->node, sizeof c->node, "%s", node);
-    }
+    sim_server(c->node, sizeof c->node);
 }
 
 const sim_config_t *sim_config(void)

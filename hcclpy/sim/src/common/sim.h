@@ -51,8 +51,7 @@ typedef struct {
     int physical_count;             /* HCCLPY_SIM_DEVICES */
     int visible[256];               /* logical id -> physical id */
     uint64_t device_memory;         /* bytes per device */
-    char node[64];                  /* name of the simulated server: HCCLPY_SIM_SERVER, else the host name */
-    bool server_set;                /* HCCLPY_SIM_SERVER is set: this machine holds several servers */
+    char node[64];                  /* the simulated server's name (sim_server), at the first call */
     /* Why a HCCLPY_SIM_* setting is unusable ("" when all are fine): the
      * variable, its value and what it takes. */
     char error[512];
@@ -62,6 +61,12 @@ typedef struct {
 } sim_config_t;
 
 SIM_EXPORT const sim_config_t *sim_config(void) SIM_LINK_NAME(sim_config);
+/* The simulated server this process's ranks are on, read from the environment when called:
+ * HCCLPY_SIM_SERVER (or HCCLPY_SIM_NODE, its older name); else, when a launcher started the job on
+ * several nodes, "node<K>" for its node K (torchrun / hcclpy run, Slurm) or the host name (Open MPI,
+ * MPICH); else the host name.  Returns which case it is; `name` may be NULL. */
+enum { SIM_SERVER_ALONE = 0, SIM_SERVER_LAUNCHER, SIM_SERVER_SET };
+SIM_EXPORT int sim_server(char *name, size_t len) SIM_LINK_NAME(sim_server);
 /* ACL_SUCCESS, or when a setting of the simulator is unusable, that error
  * (ACL_ERROR_INVALID_PARAM) recorded with sim_error as "<api>: <why>" (just
  * "<why>" for a NULL api).  Every call that needs the devices checks it. */

@@ -34,56 +34,20 @@
 
 /* ------------------------------------------------------------ the server */
 
-static bool env_count(const char *name, long *out)
-{
-    const char *text = getenv(name);
-    if (text == NULL || *text == '\0')
-        return false;
-    char *end;
-    long value = strtol(text, &end, 10);
-    if (*end != '\0' || value < 0)
-        return false;
-    *out = value;
-    return true;
-}
-
-/* Whether a launcher says the job has ranks on several machines: torchrun and hcclpy run
- * (GROUP_WORLD_SIZE), Slurm (SLURM_NNODES), Open MPI and MPICH (fewer ranks here than in all). */
-static bool launcher_spans(void)
-{
-    long a, b;
-    if (env_count("GROUP_WORLD_SIZE", &a))
-        return a > 1;
-    if (env_count("SLURM_NNODES", &a) && env_count("SLURM_NODEID", &b))
-        return a > 1;
-    if (env_count("OMPI_COMM_WORLD_LOCAL_SIZE", &a) && env_count("OMPI_COMM_WORLD_SIZE", &b))
-        return a < b;
-    if (env_count("MPI_LOCALNRANKS", &a) && env_count("PMI_SIZE", &b))
-        return a < b;
-    return false;
-}
-
-/* HCCLPY_SIM_SERVER (or its older name), read when asked: a process that makes a root info for
- * ranks of several servers on this machine need not be one of them. */
-static bool servers_here(void)
-{
-    const char *a = getenv("HCCLPY_SIM_SERVER"), *b = getenv("HCCLPY_SIM_NODE");
-    return (a != NULL && *a != '\0') || (b != NULL && *b != '\0');
-}
-
 bool hccl_net_wanted(void)
 {
-    return servers_here() || launcher_spans();
+    return sim_server(NULL, 0) != SIM_SERVER_ALONE;
 }
 
 /* -------------------------------------------------------------- addresses */
 
 /* The address this process's listeners take and advertise: HCCL_IF_IP, else the first IPv4
  * address of an interface named in HCCL_SOCKET_IFNAME (a comma-separated list; a leading '=' asks
- * for exact names, as HCCL's does, otherwise names are prefixes), else 127.0.0.1 for a job whose
- * servers share this machine (HCCLPY_SIM_SERVER), else the first IPv4 address of an interface that
- * is up and not the loopback. */
-static int local_address(char *out, size_t len)
+ * for exact names, as HCCL's does, otherwise names are prefixes), else the address this process
+ * reaches the root from (`root_fd`, a connection to it, or -1 for the root itself), else 127.0.0.1
+ * when HCCLPY_SIM_SERVER puts several servers on this machine, else the first IPv4 address of an
+ * interface that is up and not the loopback. */
+static int local_address(char *out, size_t len, int root_fd)
 {
     const char *ip = getenv("HCCL_IF_IP");
     if (ip != NULL && *ip != '\0') {
@@ -96,7 +60,12 @@ static int local_address(char *out, size_t len)
     }
     const char *names = getenv("HCCL_SOCKET_IFNAME");
     bool want_named = names != NULL && *names != '\0';
-    if (!want_named && servers_here()) {
+    struct sockaddr_storage here;
+    socklen_t here_len = sizeof here;
+    if (!want_named && root_fd >= 0 && getsockname(root_fd, (struct sockaddr *)&here, &here_len) == 0 &&
+        getnameinfo((struct sockaddr *)&here, here_len, out, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0)
+        return HCCL_SUCCESS;
+    if (!want_named && sim_server(NULL, 0) == SIM_SERVER_SET) {
         snprintf(out, len, "127.0.0.1");
         return HCCL_SUCCESS;
     }
@@ -489,7 +458,7 @@ bool hccl_net_is_wire(const rootinfo_wire_t *wire)
 int hccl_net_root_info(rootinfo_wire_t *wire)
 {
     char host[64];
-    int err = local_address(host, sizeof host);
+    int err = local_address(host, sizeof host, -1);
     if (err != HCCL_SUCCESS)
         return err;
     uint8_t token[16];
@@ -698,14 +667,14 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     const char *mine = server != NULL ? server : sim_config()->node;
     int64_t deadline = sim_now_ns() + connect_timeout_ns();
     hello_t hello = {0};
-    int err = local_address(hello.host, sizeof hello.host);
     int listener = -1, root_fd = -1;
-    if (err == HCCL_SUCCESS)
-        err = listen_on(hello.host, 0, &listener, &hello.port);
     char root_where[96];
     snprintf(root_where, sizeof root_where, "the communicator's root at %s:%d", wire->node, wire->fd);
+    int err = connect_to(wire->node, (uint16_t)wire->fd, deadline, root_where, &root_fd);
     if (err == HCCL_SUCCESS)
-        err = connect_to(wire->node, (uint16_t)wire->fd, deadline, root_where, &root_fd);
+        err = local_address(hello.host, sizeof hello.host, root_fd);
+    if (err == HCCL_SUCCESS)
+        err = listen_on(hello.host, 0, &listener, &hello.port);
     hello.magic = HELLO_MAGIC;
     memcpy(hello.token, wire->token, 16);
     hello.nranks = nranks;
