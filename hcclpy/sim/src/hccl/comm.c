@@ -1136,7 +1136,7 @@ int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int 
     if (err != HCCL_SUCCESS) {
         if (comm->handle != NULL)
             sim_handle_free(comm->handle);
-        hccl_net_shutdown(net);
+        hccl_net_shutdown(net, (HcclResult)err, sim_error_text());
         hccl_comm_unref(comm);
         return err;
     }

@@ -502,22 +502,62 @@ void hccl_net_free(hccl_net_t *net)
     free(net->server_name);
     free(net->sent);
     free(net->received);
+    free(net->midway);
     free(net->local_rank_of);
     free(net->server_of);
     free(net->sock);
     free(net);
 }
 
-void hccl_net_shutdown(hccl_net_t *net)
+/* What a failing rank sends in place of its next message: a header of this type (the code in
+ * `what.op`), then ABORT_TEXT_BYTES of text. */
+#define MSG_ABORT 0xAB0Du
+#define ABORT_TEXT_BYTES 512u
+
+void hccl_net_shutdown(hccl_net_t *net, HcclResult code, const char *why)
 {
-    /* The other servers' ranks see their connections end; this server's, the abort record of the
-     * server's communicator. */
-    for (uint32_t r = 0; r < net->nranks; r++)
-        if (net->sock[r] >= 0)
-            shutdown(net->sock[r], SHUT_RDWR);
+    if (net->shut)
+        return;
+    net->shut = true;
+    struct {
+        hccl_msg_header_t head;
+        char text[ABORT_TEXT_BYTES];
+    } frame;
+    memset(&frame, 0, sizeof frame);
+    frame.head.bytes = ABORT_TEXT_BYTES;
+    frame.head.what.type = MSG_ABORT;
+    frame.head.what.op = code;
+    snprintf(frame.text, sizeof frame.text, "%s", why);
+    for (uint32_t r = 0; r < net->nranks; r++) {
+        if (net->sock[r] < 0)
+            continue;
+        /* Not in the middle of a message: the peer would read the frame as its data.  Best effort,
+         * never waiting: the socket's buffer takes it or the peer sees the connection end. */
+        if (!net->midway[r])
+            (void)!send(net->sock[r], &frame, sizeof frame, MSG_NOSIGNAL | MSG_DONTWAIT);
+        shutdown(net->sock[r], SHUT_WR);
+    }
     if (net->local != NULL && hccl_comm_broken(net->local) == HCCL_SUCCESS)
         hccl_comm_abort(net->local, HCCL_E_REMOTE, "rank %u of the communicator spanning servers failed: %s",
-                        net->rank, sim_error_text());
+                        net->rank, why);
+}
+
+/* The text of an abort frame whose header was just read: waits a little for it. */
+static void read_abort_text(int fd, char *text)
+{
+    size_t got = 0;
+    int64_t deadline = sim_now_ns() + 1000000000LL;
+    while (got < ABORT_TEXT_BYTES && sim_now_ns() < deadline) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = recv(fd, text + got, ABORT_TEXT_BYTES - got, MSG_DONTWAIT);
+        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+            break;
+        if (n > 0)
+            got += (size_t)n;
+    }
+    text[got < ABORT_TEXT_BYTES ? got : ABORT_TEXT_BYTES - 1] = '\0';
 }
 
 static int read_layout(hccl_net_t *net, int fd, int64_t deadline, layout_rank_t **ranks_out)
@@ -544,9 +584,10 @@ static int read_layout(hccl_net_t *net, int fd, int64_t deadline, layout_rank_t 
     net->sock = malloc(n * sizeof *net->sock);
     net->sent = calloc(n, sizeof *net->sent);
     net->received = calloc(n, sizeof *net->received);
+    net->midway = calloc(n, sizeof *net->midway);
     if (ranks == NULL || net->server_of == NULL || net->local_rank_of == NULL || net->server_size == NULL ||
         net->members == NULL || net->leader == NULL || net->server_name == NULL || net->sock == NULL ||
-        net->sent == NULL || net->received == NULL) {
+        net->sent == NULL || net->received == NULL || net->midway == NULL) {
         free(ranks);
         return hccl_error(HCCL_E_MEMORY, "out of host memory");
     }
@@ -716,14 +757,23 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
         return hccl_comm_init(api, nranks, &local_wire, rank, config, HCCL_SIM_JOIN_ROOT_INFO, device, mine, out);
     }
     if (err == HCCL_SUCCESS) {
-        HcclCommConfig unnamed;
-        if (config != NULL) {
-            unnamed = *config;
-            unnamed.hcclCommName[0] = '\0'; /* the name is the spanning communicator's */
+        /* Named after the spanning communicator and the server, for messages. */
+        HcclCommConfig named;
+        if (config != NULL)
+            named = *config;
+        else
+            HcclCommConfigInit(&named);
+        char whole[HCCL_SIM_NAME_BYTES];
+        if (config != NULL && config->hcclCommName[0] != '\0') {
+            snprintf(whole, sizeof whole, "%.*s", (int)sizeof config->hcclCommName, config->hcclCommName);
+        } else {
+            snprintf(whole, sizeof whole, "hcclpy_sim_");
+            for (int i = 0; i < 8; i++)
+                snprintf(whole + strlen(whole), 3, "%02x", wire->token[i]);
         }
-        err = hccl_comm_init(api, net->server_size[net->server], &local_wire, net->local_rank_of[rank],
-                             config != NULL ? &unnamed : NULL, HCCL_SIM_JOIN_ROOT_INFO, device, mine,
-                             &net->local_handle);
+        snprintf(named.hcclCommName, sizeof named.hcclCommName, "%.60s@%.60s", whole, mine);
+        err = hccl_comm_init(api, net->server_size[net->server], &local_wire, net->local_rank_of[rank], &named,
+                             HCCL_SIM_JOIN_ROOT_INFO, device, mine, &net->local_handle);
         if (err == HCCL_SUCCESS)
             net->local = hccl_comm_lookup(net->local_handle, api, &err);
     }
@@ -739,8 +789,8 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     char text[512];
     snprintf(text, sizeof text, "%s", sim_error_text());
     if (net != NULL) {
-        if (net->sock != NULL)
-            hccl_net_shutdown(net);
+        if (net->sock != NULL && net->midway != NULL)
+            hccl_net_shutdown(net, (HcclResult)err, text);
         hccl_net_free(net);
     }
     return hccl_error((HcclResult)err, "%s: rank %u (server '%s'): %s", api, rank, mine, text);
@@ -781,6 +831,18 @@ static int mismatch(op_task_t *op, const hccl_xfer_t *x)
                       comm->rank, mine, x->peer, comm->net->server_name[comm->net->server_of[x->peer]], theirs);
 }
 
+/* A connection that ended (`error` 0) or failed: a peer that ended it, or whose kernel reset it
+ * (it exited or was killed), failed there; any other error is this side's. */
+static int connection_lost(const hccl_net_t *net, uint32_t peer, int error, const char *doing)
+{
+    const char *server = net->server_name[net->server_of[peer]];
+    if (error == 0 || error == ECONNRESET || error == EPIPE || error == ENOTCONN)
+        return hccl_error(HCCL_E_REMOTE, "rank %u (server '%s') closed its connection while rank %u was %s (it "
+                          "failed, exited or was killed)", peer, server, net->rank, doing);
+    return hccl_error(HCCL_E_TCP_TRANSFER, "the connection to rank %u (server '%s') failed while rank %u was %s: "
+                      "%s", peer, server, net->rank, doing, strerror(error));
+}
+
 /* Whether `x` is the first unfinished transfer of its direction with its peer. */
 static bool first_with_peer(const hccl_xfer_t *xfers, uint32_t i, bool sending)
 {
@@ -813,12 +875,11 @@ static int move_out(hccl_net_t *net, hccl_xfer_t *x, bool *moved)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         if (n <= 0)
-            return hccl_error(HCCL_E_TCP_TRANSFER, "sending to rank %u (server '%s') failed: %s", x->peer,
-                              net->server_name[net->server_of[x->peer]],
-                              n < 0 ? strerror(errno) : "connection closed");
+            return connection_lost(net, x->peer, n < 0 ? errno : 0, "sending to it");
         x->out_done += (uint64_t)n;
         *moved = true;
     }
+    net->midway[x->peer] = x->out_done > 0 && x->out_done < total;
     return HCCL_SUCCESS;
 }
 
@@ -840,14 +901,22 @@ static int move_in(op_task_t *op, hccl_xfer_t *x, bool *moved)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         if (n <= 0)
-            return hccl_error(n == 0 ? HCCL_E_REMOTE : HCCL_E_TCP_TRANSFER, "rank %u (server '%s') %s while rank "
-                              "%u waited for its data", x->peer, net->server_name[net->server_of[x->peer]],
-                              n == 0 ? "closed its connection (it failed, exited or was killed)" : strerror(errno),
-                              net->rank);
+            return connection_lost(net, x->peer, n < 0 ? errno : 0, "waiting for its data");
         bool had_header = x->in_done >= sizeof x->in;
         x->in_done += (uint64_t)n;
         *moved = true;
-        if (!had_header && x->in_done >= sizeof x->in && (x->in.what.seq != x->what.seq || !same_message(&x->in, x)))
+        if (had_header || x->in_done < sizeof x->in)
+            continue;
+        if (x->in.what.type == MSG_ABORT) {
+            char text[ABORT_TEXT_BYTES];
+            read_abort_text(net->sock[x->peer], text);
+            /* A mismatch stays one (its text says so); any other failure there is remote here. */
+            HcclResult code = x->in.what.op == HCCL_E_PARA || x->in.what.op == HCCL_E_TIMEOUT
+                                  ? (HcclResult)x->in.what.op : HCCL_E_REMOTE;
+            return hccl_error(code, "rank %u (server '%s') failed: %s", x->peer,
+                              net->server_name[net->server_of[x->peer]], text);
+        }
+        if (x->in.what.seq != x->what.seq || !same_message(&x->in, x))
             return mismatch(op, x);
     }
     return HCCL_SUCCESS;

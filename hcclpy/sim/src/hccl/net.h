@@ -32,6 +32,8 @@ struct hccl_net {
     hccl_comm_t *local;         /* this server's communicator (a reference held) */
     int *sock;                  /* per rank: the connection to it, -1 for ranks of this server */
     uint64_t *sent, *received;  /* per rank: messages so far, which the next message's header names */
+    bool *midway;               /* per rank: a message to it is partly sent */
+    bool shut;
 };
 
 /* Whether this process's ranks take part in a job that spans servers (HCCLPY_SIM_SERVER, or a
@@ -51,8 +53,10 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
                   const HcclCommConfig *config, int device, const char *server, HcclComm *out);
 /* Releases what a spanning communicator holds (its last reference went). */
 void hccl_net_free(hccl_net_t *net);
-/* Tells the other servers' ranks and this server's that the communicator failed. */
-void hccl_net_shutdown(hccl_net_t *net);
+/* Tells the other servers' ranks and this server's that the communicator failed with `code`
+ * because of `why`: a rank waiting for this one's data reports that instead of a closed
+ * connection. */
+void hccl_net_shutdown(hccl_net_t *net, HcclResult code, const char *why);
 
 /* netops.c: runs operation `op` of a spanning communicator to its end (HCCL_SUCCESS or a code,
  * recorded). */

@@ -21,6 +21,8 @@
 
 #include "hccl/net.h"
 
+#define ABORT_WHY_BYTES 512
+
 /* ------------------------------------------------------ staging memory */
 
 /* Device memory an operation stages through (its server's ranks read it as any device memory),
@@ -81,8 +83,8 @@ static op_task_t *local_op(const op_task_t *op, uint32_t type, const void *send,
     return sub;
 }
 
-/* Runs `sub`, an operation of this server's communicator, here and to its end (and frees it). */
-static int local_run(op_task_t *sub)
+/* Runs `sub`, a step of `op` on this server's communicator, here and to its end (and frees it). */
+static int local_run(const op_task_t *op, op_task_t *sub)
 {
     if (sub == NULL)
         return hccl_error(HCCL_E_MEMORY, "out of host memory");
@@ -100,8 +102,15 @@ static int local_run(op_task_t *sub)
     if (rc == SIM_TASK_DONE)
         return HCCL_SUCCESS;
     uint32_t code = atomic_load(&local->async_error);
-    return hccl_error(code != HCCL_SUCCESS ? (HcclResult)code : HCCL_E_INTERNAL, "inside the server: %s",
-                      sim_error_text());
+    char text[1024], ranks[128] = "";
+    snprintf(text, sizeof text, "%s", sim_error_text());
+    /* Its messages number the server's ranks from 0: say which they are. */
+    const hccl_net_t *net = op->comm->net;
+    uint32_t s = net->server, m = net->server_size[s];
+    for (uint32_t i = 0, at = 0; i < m && i < 8 && at < sizeof ranks; i++)
+        at += (uint32_t)snprintf(ranks + at, sizeof ranks - at, "%s%u", i ? ", " : "", net->members[s][i]);
+    return hccl_error(code != HCCL_SUCCESS ? (HcclResult)code : HCCL_E_INTERNAL, "inside server '%s' (ranks "
+                      "%s%s, numbered from 0 there): %s", net->server_name[s], ranks, m > 8 ? ", ..." : "", text);
 }
 
 static int local_broadcast(const op_task_t *op, void *buf, uint64_t count, uint32_t local_root)
@@ -111,7 +120,7 @@ static int local_broadcast(const op_task_t *op, void *buf, uint64_t count, uint3
     op_task_t *sub = local_op(op, HCCL_CMD_BROADCAST, buf, NULL, count);
     if (sub != NULL)
         sub->root = local_root;
-    return local_run(sub);
+    return local_run(op, sub);
 }
 
 /* ------------------------------------------------------ across servers */
@@ -188,7 +197,7 @@ static int all_reduce(op_task_t *op, staging_t *st, const void *send, void *recv
         return HCCL_SUCCESS;
     int err;
     if (m > 1)
-        err = local_run(local_op(op, HCCL_CMD_ALLREDUCE, send, recv, count));
+        err = local_run(op, local_op(op, HCCL_CMD_ALLREDUCE, send, recv, count));
     else
         err = (send != recv ? memmove(recv, send, count * elem) : NULL, HCCL_SUCCESS);
     if (err != HCCL_SUCCESS)
@@ -215,7 +224,7 @@ static int all_reduce(op_task_t *op, staging_t *st, const void *send, void *recv
         (err = stage(st, per * m * elem, (void **)&all)) != HCCL_SUCCESS)
         return err;
     memcpy(mine, (char *)recv + lo * elem, (hi - lo) * elem);
-    err = local_run(local_op(op, HCCL_CMD_ALLGATHER, mine, all, per));
+    err = local_run(op, local_op(op, HCCL_CMD_ALLGATHER, mine, all, per));
     if (err == HCCL_SUCCESS)
         memcpy(recv, all, count * elem);
     return err;
@@ -282,7 +291,7 @@ static int gather_packed(op_task_t *op, staging_t *st, const void *send, const u
         free(local_counts);
     }
     if (m > 1 || sub == NULL) {
-        err = local_run(sub);
+        err = local_run(op, sub);
     } else {
         memcpy(home, send, counts[net->rank] * elem);
         hccl_op_free(sub);
@@ -402,7 +411,7 @@ static int run_items(op_task_t *op, const HcclSendRecvItem *items, uint32_t coun
                 sub = NULL;
             }
         }
-        err = local_run(sub);
+        err = local_run(op, sub);
     }
     free(home);
     return err;
@@ -536,7 +545,11 @@ int hccl_net_run(op_task_t *op)
     staging_t st = {net, 0, {0}};
     int err = dispatch(op, &st);
     unstage(&st);
-    if (err != HCCL_SUCCESS)
-        hccl_net_shutdown(net);
+    if (err != HCCL_SUCCESS) {
+        char why[ABORT_WHY_BYTES];
+        snprintf(why, sizeof why, "%s", sim_error_text());
+        hccl_net_shutdown(net, (HcclResult)err, why);
+        hccl_error((HcclResult)err, "%s", why);
+    }
     return err;
 }
