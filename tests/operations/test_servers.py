@@ -100,3 +100,31 @@ def test_a_lost_rank_fails_every_server(how: str, victim: int) -> None:
     assert all(isinstance(o, str) and "Error after" in o for o in survivors), outcomes
     if how == "silent":
         assert any("Timeout" in o for o in survivors), survivors
+
+
+def _from_table(rank: int, size: int, info: bytes, path: str) -> List[int]:
+    comm = hcclpy.Communicator.from_rank_table(path, rank, device=rank % 2)
+    try:
+        x = hcclpy.from_numpy(np.arange(6, dtype=np.int32) * (rank + 1), device=rank % 2)
+        comm.all_reduce(x, op="sum")
+        return x.to_numpy().tolist()
+    finally:
+        comm.destroy()
+
+
+def test_rank_table_of_two_servers(tmp_path: Any) -> None:
+    # Two servers at two loopback addresses, each with devices 0 and 1; rank 0 serves the
+    # bootstrap at its server_id and HCCL_IF_BASE_PORT.
+    import json
+
+    from hcclpy.cli.run import free_port
+
+    table = {"status": "completed", "version": "1.0", "server_count": "2", "server_list": [
+        {"server_id": f"127.0.0.{s + 1}", "device": [
+            {"device_id": str(d), "device_ip": f"192.168.{s}.{d}", "rank_id": str(2 * s + d)} for d in range(2)]}
+        for s in range(2)]}
+    path = tmp_path / "rank_table.json"
+    path.write_text(json.dumps(table))
+    out = ranks.run_processes(_from_table, 4, str(path), timeout=60,
+                              env={"HCCL_IF_BASE_PORT": str(free_port())})
+    assert out == [[0, 10, 20, 30, 40, 50]] * 4

@@ -429,6 +429,9 @@ typedef struct {
     uint32_t nranks;
     int device;             /* physical */
     char node[64];          /* the rank's server_id */
+    uint32_t servers;       /* how many servers have ranks: several meet over TCP (net.c) */
+    char root_server[64];   /* rank 0's server_id */
+    uint8_t token[16];      /* digest of the table: what the ranks of several servers present */
     struct sockaddr_un addr;
     socklen_t addr_len;
 } hccl_rank_table_t;
@@ -438,7 +441,8 @@ typedef struct rank_table_server rank_table_server_t;
 /* Reads and checks the rank table; touches nothing shared. */
 int hccl_rank_table_read(const char *path, uint32_t rank, hccl_rank_table_t *table);
 /* Rank 0 makes a root info and serves it (`*server`, to stop with hccl_rank_table_stop); the
- * other ranks fetch it (`*server` = NULL). */
+ * other ranks fetch it (`*server` = NULL).  With several servers, every rank derives the root info
+ * of a TCP bootstrap that rank 0 serves (`*server` = NULL). */
 int hccl_rank_table_rendezvous(const hccl_rank_table_t *table, uint32_t rank, rootinfo_wire_t *wire,
                                rank_table_server_t **server);
 /* Stops serving and waits for the server thread; NULL is ignored. */

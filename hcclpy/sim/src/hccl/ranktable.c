@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "hccl/internal.h"
+#include "hccl/net.h"
 
 /* ------------------------------------------------------------ tiny JSON */
 
@@ -313,7 +315,7 @@ static int read_file(const char *path, char **data, size_t *size)
 #define TABLE_ERROR(...) hccl_error(HCCL_E_PARA, "HcclCommInitClusterInfo: rank table '%s': " __VA_ARGS__)
 
 static int parse_table(const char *path, const json_t *root, uint32_t rank, uint32_t *nranks, long *device,
-                       char *server, size_t server_len)
+                       char *server, size_t server_len, uint32_t *with_ranks, char *root_server)
 {
     const json_t *status = member(root, "status");
     if (status == NULL || status->type != J_STRING || strcmp(status->text, "completed") != 0)
@@ -372,6 +374,16 @@ static int parse_table(const char *path, const json_t *root, uint32_t rank, uint
             *device = entries[i].device;
             snprintf(server, server_len, "%s", entries[i].server);
         }
+        if (entries[i].rank == 0)
+            snprintf(root_server, 64, "%s", entries[i].server);
+    }
+    /* Servers with devices: a server_list entry without any is no server of the job. */
+    *with_ranks = 0;
+    for (size_t i = 0; i < total && err == HCCL_SUCCESS; i++) {
+        bool first = true;
+        for (size_t j = 0; j < i && first; j++)
+            first = strcmp(entries[j].server, entries[i].server) != 0;
+        *with_ranks += first;
     }
     *nranks = (uint32_t)total;
     free(entries);
@@ -561,20 +573,49 @@ int hccl_rank_table_read(const char *path, uint32_t rank, hccl_rank_table_t *tab
     }
     memset(table, 0, sizeof *table);
     long table_device = -1;
-    err = parse_table(path, root, rank, &table->nranks, &table_device, table->node, sizeof table->node);
+    err = parse_table(path, root, rank, &table->nranks, &table_device, table->node, sizeof table->node,
+                      &table->servers, table->root_server);
     json_free(root);
     if (err == HCCL_SUCCESS) {
         table->device = (int)table_device;
         socket_name(data, size, &table->addr, &table->addr_len);
+        /* The token of a job across servers: whoever has the table is a member. */
+        uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+        for (size_t i = 0; i < size; i++) {
+            h[0] = (h[0] ^ (uint8_t)data[i]) * 0x100000001b3ULL;
+            h[1] = (h[1] ^ (uint8_t)data[size - 1 - i]) * 0x100000001b3ULL;
+        }
+        memcpy(table->token, h, sizeof table->token);
     }
     free(data);
     return err;
+}
+
+/* A table of several servers: rank 0 serves the bootstrap over TCP at its server_id (an address or a
+ * name that resolves to one; 127.0.0.1 for a name that does not) and HCCL_IF_BASE_PORT (60000 by
+ * default, as HCCL's); every rank knows where, so nothing is handed out. */
+static int meet_over_tcp(const hccl_rank_table_t *table, uint32_t rank, rootinfo_wire_t *wire)
+{
+    double port = sim_env_seconds("HCCL_IF_BASE_PORT", 60000.0);
+    if (port < 1 || port > 65535 || port != (double)(uint16_t)port)
+        return hccl_error(HCCL_E_PARA, "HCCL_IF_BASE_PORT must be a port number in [1, 65535], got '%s'",
+                          getenv("HCCL_IF_BASE_PORT"));
+    /* A server_id that names no address (no DNS entry) is a server of this machine. */
+    struct addrinfo hints = {0}, *found = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    bool known = getaddrinfo(table->root_server, NULL, &hints, &found) == 0;
+    if (found != NULL)
+        freeaddrinfo(found);
+    return hccl_net_fixed_root_info(known ? table->root_server : "127.0.0.1", (uint16_t)port, table->token,
+                                    rank == 0, wire);
 }
 
 int hccl_rank_table_rendezvous(const hccl_rank_table_t *table, uint32_t rank, rootinfo_wire_t *wire,
                                rank_table_server_t **server)
 {
     *server = NULL;
+    if (table->servers > 1)
+        return meet_over_tcp(table, rank, wire);
     double seconds = sim_env_seconds("HCCL_CONNECT_TIMEOUT", 120.0);
     int64_t deadline = sim_now_ns() + (int64_t)(seconds * 1e9);
     return rank == 0 ? lead(table, deadline, wire, server) : follow(table, deadline, wire);
