@@ -207,7 +207,7 @@ def _on_device_0(rank: int, size: int, info: bytes) -> str:
 def test_two_ranks_on_one_device_are_refused() -> None:
     # Processes of one host, both on device 0: the simulator says how to emulate two servers instead.
     for message in ranks.run_processes(_on_device_0, 2, timeout=90):
-        assert "are both on device 0 of host" in message and "HCCLPY_SIM_NODE" in message, message
+        assert "are both on device 0 of host" in message and "HCCLPY_SIM_SERVER" in message, message
 
 
 def test_simulator_refuses_a_second_level_of_create_sub_comm() -> None:

@@ -707,9 +707,11 @@ static int open_segment(const rootinfo_wire_t *wire, int *fd_out, seg_header_t *
         return hccl_error(HCCL_E_PARA, "the root info was not produced by HcclGetRootInfo of this simulator");
     if (memchr(wire->node, '\0', sizeof wire->node) == NULL)
         return hccl_error(HCCL_E_PARA, "the root info is damaged: its host name is not terminated");
-    if (strcmp(wire->node, sim_config()->node) != 0 && getenv("HCCLPY_SIM_NODE") == NULL)
-        return hccl_error(HCCL_E_NOT_SUPPORT, "the root info comes from host '%s'; the simulator connects ranks of "
-                          "one host only (this is '%s')", wire->node, sim_config()->node);
+    if (strcmp(wire->node, sim_config()->node) != 0)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "the root info was made for the ranks of server '%s', and this rank is "
+                          "on server '%s': for a job across servers, make the root info in a process that knows "
+                          "the job spans servers (HCCLPY_SIM_SERVER set, or started by a launcher of several "
+                          "nodes), and its ranks meet over TCP", wire->node, sim_config()->node);
     if (!sim_process_alive(wire->pid, wire->start_time))
         return hccl_error(HCCL_E_UNAVAIL, "the process that created the root info (pid %d) has exited",
                           (int)wire->pid);
@@ -918,7 +920,7 @@ static int check_devices(hccl_comm_t *comm)
                 return hccl_error(HCCL_E_PARA, "ranks %u and %u are both on device %d of host '%s': a communicator "
                                   "takes one rank per device (call aclrtSetDevice with a different device in each "
                                   "rank, or, to emulate several servers on this machine, give each its own "
-                                  "HCCLPY_SIM_NODE)", a, b, (int)sa->device_physical, sa->node);
+                                  "HCCLPY_SIM_SERVER)", a, b, (int)sa->device_physical, sa->node);
         }
     }
     return HCCL_SUCCESS;

@@ -9,7 +9,6 @@
  * it to the server's other ranks.  Each rank then joins its server's communicator (shared memory)
  * and connects to every rank of the other servers (the lower rank connects, presenting the token;
  * the higher accepts).  A rank that never comes is named when the connect timeout passes. */
-#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -16,6 +16,7 @@
  * - all_to_all(_v/_vc), send, recv, batch_send_recv: directly over TCP with the other servers'
  *   ranks, then inside the server.
  * - barrier: an all_reduce of one word. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
