@@ -407,12 +407,15 @@ class Communicator(CommCore):
                                                    out)
             else:
                 rc = bound.HcclCreateSubCommConfig(parent, 0, _ffi.NULL, _NON_MEMBER, 0, c_config, out)
-            _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
-            if not member:
-                return None
-            return Communicator._from_handle(out[0], self._device, cfg, is_sub=True)
-        # Nested splits (and libraries without HcclCreateSubCommConfig): the first member makes a root
-        # info and the parent broadcasts it.
+            # A parent the library cannot split (the simulator's across servers) says so on every rank:
+            # they all take the way below together.
+            if rc != HcclResult.HCCL_E_NOT_SUPPORT:
+                _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
+                if not member:
+                    return None
+                return Communicator._from_handle(out[0], self._device, cfg, is_sub=True)
+        # Nested splits, libraries without HcclCreateSubCommConfig and parents it cannot split: the first
+        # member makes a root info and the parent broadcasts it.
         payload = empty(ROOT_INFO_BYTES, "uint8", device=self._device)
         try:
             if self._rank == members[0]:
@@ -447,6 +450,9 @@ class Communicator(CommCore):
         rc = bound.HcclCreateSubCommConfig(_ffi.new("HcclComm *", handle), len(members),
                                            _ffi.new("uint32_t[]", members), int(sub_id), members.index(self._rank),
                                            (cfg or CommConfig()).to_c(), out)
+        if rc == HcclResult.HCCL_E_NOT_SUPPORT:
+            raise UnsupportedError(f"splitting '{self._name}' by sub_id: {_ffi.hccl_failure(rc, 'HcclCreateSubCommConfig')}"
+                                   "; split without sub_id, collectively over the parent")
         _ffi.check_hccl(rc, "HcclCreateSubCommConfig", context=f"splitting '{self._name}' into {members}")
         return Communicator._from_handle(out[0], self._device, cfg, is_sub=True)
 

@@ -128,3 +128,66 @@ def test_rank_table_of_two_servers(tmp_path: Any) -> None:
     out = ranks.run_processes(_from_table, 4, str(path), timeout=60,
                               env={"HCCL_IF_BASE_PORT": str(free_port())})
     assert out == [[0, 10, 20, 30, 40, 50]] * 4
+
+
+def _reductions(rank: int, size: int, info: bytes, counts: List[int]) -> List[str]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    problems = []
+    try:
+        for count in counts:
+            for dtype in ("int32", "int64", "float32"):
+                # Small integers: exact in float32 whatever the order of the additions.
+                inputs = [(np.arange(count) % 13 + 3 * r).astype(dtype) for r in range(size)]
+                x = hcclpy.from_numpy(inputs[rank], device=rank)
+                comm.all_reduce(x, op="sum")
+                want = sum(inputs).astype(dtype)
+                got = x.to_numpy()
+                if not np.array_equal(got, want):
+                    problems.append(f"all_reduce {dtype} count={count}: {got[:8]} != {want[:8]}")
+                y = hcclpy.from_numpy(np.concatenate(inputs) if rank == 0 else np.concatenate(inputs) * 0 + rank,
+                                      device=rank)
+                out = hcclpy.zeros(count * size, dtype, device=rank)
+                comm.reduce(y, out, op="max", root=size - 1)
+                if rank == size - 1:
+                    want = np.maximum.reduce([np.concatenate(inputs)] + [np.full(count * size, r, dtype)
+                                                                            for r in range(1, size)])
+                    if not np.array_equal(out.to_numpy(), want):
+                        problems.append(f"reduce {dtype} count={count}")
+        comm.barrier()
+    finally:
+        comm.destroy()
+    return problems
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_flat_ring_when_hccl_algo_asks(layout: str) -> None:
+    # HCCL_ALGO=ring: all_reduce (and what runs through it) as one ring of every rank over TCP.
+    servers = LAYOUTS[layout]
+    results = ranks.run_processes(_reductions, len(servers), [0, 1, 5, len(servers) + 1, 100_003], timeout=120,
+                                  servers=servers, env={"HCCL_ALGO": "ring"})
+    assert results == [[]] * len(servers)
+
+
+def _split_across(rank: int, size: int, info: bytes) -> List[Any]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    try:
+        # Ranks 1 and 2 (one on each server) and ranks 0 and 3: collective splits of a
+        # communicator that spans servers go through a root info of their own.
+        members = [1, 2] if rank in (1, 2) else [0, 3]
+        subs = [comm.split([1, 2]), comm.split([0, 3])]
+        sub = subs[0] if rank in (1, 2) else subs[1]
+        assert subs[1 if rank in (1, 2) else 0] is None
+        x = hcclpy.from_numpy(np.array([rank + 1], dtype=np.int32), device=rank)
+        sub.all_reduce(x, op="sum")
+        out = [members, sub.size, x.to_numpy().tolist()]
+        with pytest.raises(hcclpy.UnsupportedError, match="spans servers"):
+            comm.split(members, sub_id=7)
+        sub.destroy()
+        return out
+    finally:
+        comm.destroy()
+
+
+def test_split_of_a_communicator_across_servers() -> None:
+    out = ranks.run_processes(_split_across, 4, timeout=60, servers=["a", "a", "b", "b"])
+    assert out == [[[0, 3], 2, [5]], [[1, 2], 2, [5]], [[1, 2], 2, [5]], [[0, 3], 2, [5]]]

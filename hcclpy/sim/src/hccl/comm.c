@@ -401,6 +401,36 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
 
 /* -------------------------------------------------------------- lifecycle */
 
+/* The HCCL_ALGO setting of a config: its hcclAlgo, else HCCL_ALGO, else "". */
+static void algo_of(const parsed_config_t *parsed, char *out, size_t len)
+{
+    const char *env = getenv("HCCL_ALGO");
+    snprintf(out, len, "%s", parsed->algo[0] != '\0' || env == NULL ? parsed->algo : env);
+}
+
+int hccl_config_algo(const HcclCommConfig *config, const char *api, char *out, size_t len)
+{
+    parsed_config_t parsed;
+    int err = parse_config(config, api, &parsed);
+    if (err == HCCL_SUCCESS)
+        algo_of(&parsed, out, len);
+    return err;
+}
+
+/* What a communicator takes from its config, else from the environment. */
+static void apply_config(hccl_comm_t *comm, const parsed_config_t *parsed)
+{
+    double exec_s = exec_timeout_from_env();
+    comm->exec_timeout_ns = parsed->exec_timeout_ns >= 0 ? parsed->exec_timeout_ns : (int64_t)(exec_s * 1e9);
+    for (int item = 0; item < HCCL_CONFIG_RESERVED; item++)
+        atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed->deterministic
+                                                                     : HCCL_COMM_CONFIG_NOT_SET);
+    comm->op_expansion = parsed->op_expansion;
+    comm->buffer_mb = parsed->buffer_mb != 0 ? parsed->buffer_mb : buffer_mb_from_env();
+    snprintf(comm->udi, sizeof comm->udi, "%s", parsed->udi);
+    algo_of(parsed, comm->algo, sizeof comm->algo);
+}
+
 /* Communicator objects are never given back to malloc but kept for the next communicator: a
  * thread may have read an object's address from a handle just before another thread destroyed
  * it, and what it then touches (`refs`, to take a reference it gives back once it finds the
@@ -999,16 +1029,7 @@ int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire
         hccl_comm_unref(comm);
         return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", api);
     }
-    double exec_s = exec_timeout_from_env();
-    comm->exec_timeout_ns = parsed.exec_timeout_ns >= 0 ? parsed.exec_timeout_ns : (int64_t)(exec_s * 1e9);
-    for (int item = 0; item < HCCL_CONFIG_RESERVED; item++)
-        atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed.deterministic
-                                                                     : HCCL_COMM_CONFIG_NOT_SET);
-    comm->op_expansion = parsed.op_expansion;
-    comm->buffer_mb = parsed.buffer_mb != 0 ? parsed.buffer_mb : buffer_mb_from_env();
-    snprintf(comm->udi, sizeof comm->udi, "%s", parsed.udi);
-    const char *algo_env = getenv("HCCL_ALGO");
-    snprintf(comm->algo, sizeof comm->algo, "%s", parsed.algo[0] != '\0' || algo_env == NULL ? parsed.algo : algo_env);
+    apply_config(comm, &parsed);
 
     slot_head_t *slot = comm_slot(comm, rank);
     uint32_t expected = SLOT_FREE;
@@ -1116,16 +1137,7 @@ int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int 
     comm->header = (seg_header_t *)comm->segment;
     comm->header->nranks = nranks;
     memcpy(comm->header->token, token, 16);
-    double exec_s = exec_timeout_from_env();
-    comm->exec_timeout_ns = parsed.exec_timeout_ns >= 0 ? parsed.exec_timeout_ns : (int64_t)(exec_s * 1e9);
-    for (int item = 0; item < HCCL_CONFIG_RESERVED; item++)
-        atomic_store(&comm->config[item], item == HCCL_DETERMINISTIC ? parsed.deterministic
-                                                                     : HCCL_COMM_CONFIG_NOT_SET);
-    comm->op_expansion = parsed.op_expansion;
-    comm->buffer_mb = parsed.buffer_mb != 0 ? parsed.buffer_mb : buffer_mb_from_env();
-    snprintf(comm->udi, sizeof comm->udi, "%s", parsed.udi);
-    const char *algo_env = getenv("HCCL_ALGO");
-    snprintf(comm->algo, sizeof comm->algo, "%s", parsed.algo[0] != '\0' || algo_env == NULL ? parsed.algo : algo_env);
+    apply_config(comm, &parsed);
     if (parsed.name[0] != '\0') {
         snprintf(comm->name, sizeof comm->name, "%s", parsed.name);
     } else {
@@ -1519,6 +1531,11 @@ static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, 
                       uint32_t subCommRankId, HcclCommConfig *config, HcclComm *subComm)
 {
     const char *api = "HcclCreateSubCommConfig";
+    /* Refused on every rank alike, members or not: the callers then all go another way together. */
+    if (parent->net != NULL)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: '%s' spans servers, and the simulator makes sub-communicators "
+                          "only of communicators whose ranks share a server (make one from a root info instead)",
+                          api, parent->name);
     if (rankIds == NULL) {
         /* This rank is not a member. */
         *subComm = NULL;
@@ -1526,10 +1543,6 @@ static int create_sub(hccl_comm_t *parent, uint32_t rankNum, uint32_t *rankIds, 
     }
     if (config == NULL)
         return hccl_error(HCCL_E_PTR, "%s: config is NULL (initialise one with HcclCommConfigInit)", api);
-    if (parent->net != NULL)
-        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: '%s' spans servers, and the simulator makes sub-communicators "
-                          "only of communicators whose ranks share a server (make one from a root info instead)",
-                          api, parent->name);
     if (parent->is_subcomm)
         return hccl_error(HCCL_E_NOT_SUPPORT, "%s: '%s' is itself a sub-communicator; HCCL splits only one level, "
                           "so create the sub-communicator from the parent", api, parent->name);

@@ -284,6 +284,8 @@ int hccl_get_root_info(rootinfo_wire_t *wire);
  * process's), as HcclCommInitRootInfoConfig does. */
 int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
                    const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out);
+/* The HCCL_ALGO setting a communicator created with `config` has: its hcclAlgo, else HCCL_ALGO. */
+int hccl_config_algo(const HcclCommConfig *config, const char *api, char *out, size_t len);
 /* The communicator object of a rank of a communicator that spans servers (net.c); it owns `net`
  * (released on failure too). */
 int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int device, const HcclCommConfig *config,

@@ -638,8 +638,8 @@ typedef struct {
     uint32_t pad;
 } link_hello_t;
 
-/* Connects this rank with every rank of the other servers: to the higher ones, accepting the
- * lower ones. */
+/* Connects this rank with every rank of the other servers (with every rank at all for the flat
+ * form): to the higher ones, accepting the lower ones. */
 static int connect_servers(hccl_net_t *net, const layout_rank_t *ranks, int listener, const uint8_t token[16],
                            int64_t deadline)
 {
@@ -647,7 +647,7 @@ static int connect_servers(hccl_net_t *net, const layout_rank_t *ranks, int list
     memcpy(hello.token, token, 16);
     uint32_t lower = 0;
     for (uint32_t q = 0; q < net->nranks; q++) {
-        if (net->server_of[q] == net->server)
+        if (q == net->rank || (net->server_of[q] == net->server && !net->flat))
             continue;
         if (q < net->rank) {
             lower++;
@@ -668,11 +668,11 @@ static int connect_servers(hccl_net_t *net, const layout_rank_t *ranks, int list
             char missing[160] = "";
             size_t at = 0;
             for (uint32_t q = 0; q < net->rank && at < sizeof missing; q++)
-                if (net->server_of[q] != net->server && net->sock[q] < 0)
+                if ((net->server_of[q] != net->server || net->flat) && net->sock[q] < 0)
                     at += (size_t)snprintf(missing + at, sizeof missing - at, "%s%u ('%s')", at ? ", " : "", q,
                                            net->server_name[net->server_of[q]]);
-            return hccl_error(HCCL_E_TIMEOUT, "rank %u: rank%s %s of other servers never connected within "
-                              "HCCL_CONNECT_TIMEOUT", net->rank, lower == 1 ? "" : "s", missing);
+            return hccl_error(HCCL_E_TIMEOUT, "rank %u: rank%s %s never connected within HCCL_CONNECT_TIMEOUT",
+                              net->rank, lower == 1 ? "" : "s", missing);
         }
         if (poll(&pfd, 1, (int)SIM_MIN(left_ms, POLL_SLICE_MS)) <= 0)
             continue;
@@ -684,7 +684,7 @@ static int connect_servers(hccl_net_t *net, const layout_rank_t *ranks, int list
         if (io_all(fd, &theirs, sizeof theirs, false, SIM_MIN(deadline, sim_now_ns() + 5000000000LL),
                    "a peer's hello") != HCCL_SUCCESS ||
             theirs.magic != HELLO_MAGIC || memcmp(theirs.token, token, 16) != 0 || theirs.rank >= net->rank ||
-            net->server_of[theirs.rank] == net->server || net->sock[theirs.rank] >= 0) {
+            (net->server_of[theirs.rank] == net->server && !net->flat) || net->sock[theirs.rank] >= 0) {
             close(fd);
             continue;
         }
@@ -775,6 +775,12 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
                              HCCL_SIM_JOIN_ROOT_INFO, device, mine, &net->local_handle);
         if (err == HCCL_SUCCESS)
             net->local = hccl_comm_lookup(net->local_handle, api, &err);
+    }
+    if (err == HCCL_SUCCESS) {
+        /* HCCL_ALGO's one-level form "ring" asks for the flat form (netops.c). */
+        char algo[HCCL_COMM_ALGO_MAX_LENGTH];
+        err = hccl_config_algo(config, api, algo, sizeof algo);
+        net->flat = strcmp(algo, "ring") == 0;
     }
     if (err == HCCL_SUCCESS)
         err = connect_servers(net, ranks, listener, wire->token, deadline);

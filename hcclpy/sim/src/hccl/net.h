@@ -26,7 +26,7 @@ struct hccl_net {
     uint32_t **members;         /* per server: its ranks, in rank order */
     uint32_t *leader;           /* per server: its lowest rank */
     bool even;                  /* every server has as many ranks */
-    bool flat;                  /* HCCL_ALGO / hcclAlgo asked for the flat form (netops.c) */
+    bool flat;                  /* HCCL_ALGO / hcclAlgo "ring": all_reduce as one ring of every rank over TCP */
     char (*server_name)[64];    /* per server */
     HcclComm local_handle;
     hccl_comm_t *local;         /* this server's communicator (a reference held) */

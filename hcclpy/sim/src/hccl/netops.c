@@ -15,7 +15,10 @@
  *   which each rank keeps its part.
  * - all_to_all(_v/_vc), send, recv, batch_send_recv: directly over TCP with the other servers'
  *   ranks, then inside the server.
- * - barrier: an all_reduce of one word. */
+ * - barrier: an all_reduce of one word.
+ *
+ * HCCL_ALGO=ring (or hcclAlgo "ring") asks for the flat form instead, for comparison: all_reduce
+ * (and what runs through it) as one ring of every rank over TCP, servers ignored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,10 +191,53 @@ static int reduce_across(op_task_t *op, staging_t *st, const uint32_t *peers, vo
     return err;
 }
 
+/* The flat form: a ring of every rank, reduce-scatter then all-gather, each step a transfer to the
+ * next rank and one from the previous. */
+static int ring_all_reduce(op_task_t *op, staging_t *st, const void *send, void *recv, uint64_t count)
+{
+    hccl_net_t *net = op->comm->net;
+    uint32_t n = net->nranks, r = net->rank;
+    size_t elem = hccl_dtype_size(op->dtype);
+    if (send != recv)
+        memmove(recv, send, count * elem);
+    if (n == 1 || count == 0)
+        return HCCL_SUCCESS;
+    uint64_t per = (count + n - 1) / n;
+    char *data = recv, *incoming;
+    int err = stage(st, per * elem, (void **)&incoming);
+    for (uint32_t step = 0; err == HCCL_SUCCESS && step < 2 * (n - 1); step++) {
+        bool reducing = step < n - 1;
+        uint32_t k = reducing ? step : step - (n - 1);
+        /* Reducing, rank r sends segment r - k and adds segment r - k - 1 into its own; gathering,
+         * it passes on segment r + 1 - k, complete, and receives segment r - k. */
+        uint32_t out_seg = reducing ? (r + n - k) % n : (r + 1 + n - k) % n;
+        uint32_t in_seg = (r + 2 * n - k - 1) % n;
+        if (!reducing)
+            in_seg = (r + n - k) % n;
+        uint64_t out_lo = SIM_MIN(count, out_seg * per), out_hi = SIM_MIN(count, out_lo + per);
+        uint64_t in_lo = SIM_MIN(count, in_seg * per), in_hi = SIM_MIN(count, in_lo + per);
+        hccl_xfer_t x[2] = {
+            {.peer = (r + 1) % n, .send = data + out_lo * elem, .send_bytes = (out_hi - out_lo) * elem,
+             .what = call_of(op)},
+            {.peer = (r + n - 1) % n, .recv = reducing ? incoming : data + in_lo * elem,
+             .recv_bytes = (in_hi - in_lo) * elem, .what = call_of(op)},
+        };
+        err = hccl_net_exchange(op, x, 2);
+        if (err == HCCL_SUCCESS && reducing && in_hi > in_lo) {
+            void *mine = data + in_lo * elem;
+            const void *ins[2] = {incoming, mine};
+            hccl_reduce(&mine, 1, ins, 2, in_hi - in_lo, op->dtype, op->op, false);
+        }
+    }
+    return err;
+}
+
 /* all_reduce of `count` elements from `send` into `recv` (both device memory of this rank). */
 static int all_reduce(op_task_t *op, staging_t *st, const void *send, void *recv, uint64_t count)
 {
     hccl_net_t *net = op->comm->net;
+    if (net->flat)
+        return ring_all_reduce(op, st, send, recv, count);
     uint32_t m = net->server_size[net->server], j = net->local_rank_of[net->rank];
     size_t elem = hccl_dtype_size(op->dtype);
     if (count == 0)
