@@ -3,8 +3,9 @@
 It reports the hcclpy and Python versions, the backend (``cann`` or ``sim``), each shared library
 with its path and how it was found, the AscendCL version (``aclrtGetVersion``) and SoC name
 (``aclrtGetSocName``), every visible device with its free and total memory, how the NumPy path
-stages element-wise operations, which optional C functions the loaded libraries export, the
-simulator's build description when running on it, the environment variables that steer hcclpy,
+stages element-wise operations, which optional C functions the loaded libraries export, which of
+hcclpy's capabilities they give (:data:`CAPABILITIES`), the simulator's build description when
+running on it, the environment variables that steer hcclpy,
 and a warning for a setting that was partly ignored (the entries of ``ASCEND_RT_VISIBLE_DEVICES``
 from the first one that is not a device, an ``HCCLPY_TRACE_SIZE`` that is not a number). ``--json``
 prints the same as one JSON object.
@@ -24,12 +25,12 @@ import re
 import shutil
 import sys
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import __version__, _environment
 from ..errors import SimulatorFallbackWarning
 
-__all__ = ["add_parser", "collect", "format_text", "run"]
+__all__ = ["CAPABILITIES", "Capability", "add_parser", "collect", "format_text", "run"]
 
 # Environment variables that change what hcclpy loads or how the libraries behave.
 ENVIRONMENT = (
@@ -41,13 +42,86 @@ ENVIRONMENT = (
 )
 
 
+class Capability(NamedTuple):
+    """Something hcclpy does only where the loaded libraries export optional C functions."""
+
+    name: str
+    """What it is, in a few words."""
+    api: str
+    """The hcclpy names that give it."""
+    functions: Tuple[str, ...]
+    """The C functions it needs, all of them."""
+    without: Optional[str] = None
+    """What hcclpy does where one is missing; None: the names raise ``UnsupportedError``."""
+
+
+# Every capability that depends on optional functions (cdef_acl.OPTIONAL, cdef_hccl.OPTIONAL),
+# the newer CANN runtime and HCCL surface first.
+CAPABILITIES: Tuple[Capability, ...] = (
+    Capability("host functions", "Stream.launch_host_func", ("aclrtLaunchHostFunc",)),
+    Capability("stream query without waiting", "Stream.query", ("aclrtStreamQuery",), "a wait of no time"),
+    Capability("stream ids", "Stream.id", ("aclrtStreamGetId",)),
+    Capability("stream failure mode", "Stream.set_failure_mode", ("aclrtSetStreamFailureMode",)),
+    Capability("operator timeouts", "set_op_wait_timeout, set_op_execute_timeout",
+               ("aclrtSetOpWaitTimeout", "aclrtSetOpExecuteTimeOut")),
+    Capability("2-D copies in one call", "DeviceArray.copy_2d; copy_from / copy_to of rows apart",
+               ("aclrtMemcpy2d", "aclrtMemcpy2dAsync"), "a copy per row (copy_from / copy_to: a contiguous copy)"),
+    Capability("pointer attributes", "pointer_attributes", ("aclrtPointerGetAttributes",)),
+    Capability("host registration", "register_host", ("aclrtHostRegister", "aclrtHostUnregister")),
+    Capability("peer access", "Device.can_access_peer, enable_peer_access, disable_peer_access",
+               ("aclrtDeviceCanAccessPeer", "aclrtDeviceEnablePeerAccess", "aclrtDeviceDisablePeerAccess")),
+    Capability("IPC memory", "DeviceArray.ipc_export, DeviceArray.ipc_import",
+               ("aclrtIpcMemGetExportKey", "aclrtIpcMemSetImportPid", "aclrtIpcMemImportByKey", "aclrtIpcMemClose")),
+    Capability("IPC events", "Device.create_event(ipc=True), Event.ipc_handle, Event.ipc_open",
+               ("aclrtCreateEventExWithFlag", "aclrtIpcGetEventHandle", "aclrtIpcOpenEventHandle")),
+    Capability("virtual memory", "VirtualRange, PhysicalMemory, allocation_granularity",
+               ("aclrtReserveMemAddress", "aclrtReleaseMemAddress", "aclrtMallocPhysical", "aclrtFreePhysical",
+                "aclrtMapMem", "aclrtUnmapMem", "aclrtMemGetAllocationGranularity")),
+    Capability("shared physical memory", "PhysicalMemory.export, PhysicalMemory.import_",
+               ("aclrtMemExportToShareableHandle", "aclrtMemSetPidToShareableHandle",
+                "aclrtMemImportFromShareableHandle")),
+    Capability("graphs (capture, replay)", "Stream.capture, Graph.replay",
+               ("aclmdlRICaptureBegin", "aclmdlRICaptureEnd", "aclmdlRIExecuteAsync", "aclmdlRIDestroy")),
+    Capability("graph task groups", "Graph.group, TaskGroup.update",
+               ("aclmdlRICaptureTaskGrpBegin", "aclmdlRICaptureTaskGrpEnd", "aclmdlRICaptureTaskUpdateBegin",
+                "aclmdlRICaptureTaskUpdateEnd")),
+    Capability("a thread's capture mode", "capture_thread_mode", ("aclmdlRICaptureThreadExchangeMode",)),
+    Capability("scalable bootstrap", "RootInfo.generate(scalable=True), Communicator(n, [root infos], rank)",
+               ("HcclGetRootInfoScalable", "HcclCommInitRootInfoScalable")),
+    Capability("communicator config info", "Communicator.config_info", ("HcclConfigGetInfo",)),
+    Capability("HCCL buffer", "Communicator.hccl_buffer", ("HcclGetHcclBuffer",)),
+    Capability("heterogeneous mode", "Communicator.heterogeneous_mode", ("HcclGetHeterogMode",)),
+    Capability("uneven gather and scatter", "all_gather_v, reduce_scatter_v", ("HcclAllGatherV", "HcclReduceScatterV")),
+    Capability("scatter", "scatter", ("HcclScatter",)),
+    Capability("all-to-all", "all_to_all", ("HcclAlltoAll",)),
+    Capability("all-to-all by count matrix", "all_to_all_vc", ("HcclAlltoAllVC",)),
+    Capability("batched sends and receives", "batch_send_recv", ("HcclBatchSendRecv",)),
+    Capability("barrier", "barrier", ("HcclBarrier",)),
+    Capability("groups", "group", ("HcclGroupStart", "HcclGroupEnd")),
+    Capability("abort", "Communicator.abort", ("HcclCommSuspend",)),
+    Capability("several devices in one process", "Communicator.init_all", ("HcclCommInitAll",)),
+)
+
+
+def capabilities(functions: Dict[str, bool]) -> List[Dict[str, Any]]:
+    """:data:`CAPABILITIES` as JSON-ready dicts, each with ``available`` (every function present)
+    and ``missing`` (the functions that are not), given ``functions`` (C name to presence)."""
+    found = []
+    for capability in CAPABILITIES:
+        missing = [name for name in capability.functions if not functions.get(name)]
+        found.append({**capability._asdict(), "functions": list(capability.functions), "available": not missing,
+                      "missing": missing})
+    return found
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``hcclpy info`` with ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     parser = subparsers.add_parser(
         "info", help="show the libraries found, versions, devices and optional functions",
         description="Show what hcclpy found: the backend (cann or sim), each library and how it was found, the "
         "AscendCL version and SoC name, the devices and their memory, the optional C functions the libraries "
-        "export, and the simulator's build when running on it. Exit status 1 if the libraries cannot be loaded.")
+        "export and the capabilities they give, and the simulator's build when running on it. Exit status 1 if the "
+        "libraries cannot be loaded.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(handler=run)
     return parser
@@ -74,7 +148,8 @@ def collect() -> Dict[str, Any]:
         ``libraries`` (name, path, found_via), ``acl_version`` (``"major.minor.patch"`` or None),
         ``soc_name``, ``device_count``, ``devices`` (id, free and total bytes, or error),
         ``functions`` (C function name to bool), ``optional_functions`` (the names hcclpy can
-        do without), ``simulator`` (the build description or None), ``warnings`` (settings that
+        do without), ``capabilities`` (:func:`capabilities`: what hcclpy can do with them),
+        ``simulator`` (the build description or None), ``warnings`` (settings that
         were partly ignored, such as the entries of ``ASCEND_RT_VISIBLE_DEVICES`` from the first
         one that is not a device, or an ``HCCLPY_TRACE_SIZE`` that is not a number) and ``error`` (why the libraries could not be loaded, else None).
 
@@ -89,7 +164,7 @@ def collect() -> Dict[str, Any]:
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "environment": {name: variables[name] for name in ENVIRONMENT if name in variables},
         "backend": None, "libraries": [], "acl_version": None, "soc_name": None, "device_count": None,
-        "devices": [], "functions": {}, "optional_functions": [], "simulator": None,
+        "devices": [], "functions": {}, "optional_functions": [], "capabilities": [], "simulator": None,
         "warnings": [], "error": None,
     }
     import hcclpy
@@ -107,7 +182,8 @@ def collect() -> Dict[str, Any]:
         return report
     report.update(backend=library["backend"], libraries=library["libraries"], functions=library["functions"],
                   simulator=library["simulator"],
-                  optional_functions=sorted(cdef_acl.OPTIONAL + cdef_hccl.OPTIONAL))
+                  optional_functions=sorted(cdef_acl.OPTIONAL + cdef_hccl.OPTIONAL),
+                  capabilities=capabilities(library["functions"]))
     bound = _ffi.api()
     if bound.present.get("aclrtGetVersion"):
         parts = [_ffi.new("int32_t *") for _ in range(3)]
@@ -245,6 +321,17 @@ def format_text(report: Dict[str, Any], width: Optional[int] = None) -> str:
     lines.extend(_columns(present, "    ", width))
     lines.append("  missing:" + ("" if missing else " none"))
     lines.extend(_columns(missing, "    ", width))
+    found = report.get("capabilities", [])
+    if found:
+        field("capabilities", f"{sum(c['available'] for c in found)} of {len(found)} available")
+        name_width = max(len(c["name"]) for c in found)
+        for capability in found:
+            line = f"  {'yes' if capability['available'] else 'no':<3}  {capability['name']:<{name_width}}  " \
+                   f"{capability['api']}"
+            if capability["missing"]:
+                line += f" (missing {', '.join(capability['missing'])}"
+                line += f"; without: {capability['without']})" if capability["without"] else ")"
+            lines.append(line)
     sim = report["simulator"]
     if sim is not None:
         compiler = sim.get("compiler", {})

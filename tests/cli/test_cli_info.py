@@ -14,7 +14,7 @@ from typing import Dict, Optional
 import pytest
 
 import hcclpy
-from hcclpy.cli.info import format_text, visible_devices_note
+from hcclpy.cli.info import CAPABILITIES, capabilities, format_text, visible_devices_note
 
 TIMEOUT = 120  # seconds; the first call may build the simulator
 
@@ -66,6 +66,58 @@ def test_json_capability_table(report):
     assert set(optional) <= set(functions)
 
 
+def test_json_capabilities(report):
+    found = {entry["name"]: entry for entry in report["capabilities"]}
+    assert len(found) == len(CAPABILITIES)
+    for name in ("host functions", "2-D copies in one call", "IPC memory", "IPC events", "virtual memory",
+                 "graphs (capture, replay)", "graph task groups", "a thread's capture mode", "scalable bootstrap",
+                 "HCCL buffer"):
+        assert found[name]["available"] is True and found[name]["missing"] == [], found[name]
+    assert found["graphs (capture, replay)"]["api"] == "Stream.capture, Graph.replay"
+    assert found["2-D copies in one call"]["without"].startswith("a copy per row")
+
+
+def test_every_capability_names_optional_functions_and_real_hcclpy_names():
+    from hcclpy._ffi import cdef_acl, cdef_hccl
+
+    optional = set(cdef_acl.OPTIONAL + cdef_hccl.OPTIONAL)
+    for capability in CAPABILITIES:
+        assert set(capability.functions) <= optional, capability
+        owner = None
+        # "RootInfo.generate(scalable=True)" -> "RootInfo.generate"
+        for item in re.split(r"[,;] ", re.sub(r"\([^)]*\)", "", capability.api)):
+            name = item.split()[0]  # "copy_from / copy_to of rows apart": the method named first
+            if "." in name:
+                owner_name, member = name.split(".")
+                owner = getattr(hcclpy, owner_name, None) or getattr(hcclpy.runtime, owner_name)  # TaskGroup
+            else:
+                member = name
+                owner = owner if owner is not None and hasattr(owner, member) else (
+                    hcclpy if hasattr(hcclpy, member) else hcclpy.Communicator)
+            assert hasattr(owner, member), f"{capability.name}: {item!r} names no hcclpy attribute"
+
+
+def test_capabilities_say_what_is_missing():
+    functions = {name: True for capability in CAPABILITIES for name in capability.functions}
+    functions.update(aclmdlRIExecuteAsync=False, aclrtMemcpy2d=False)
+    found = {entry["name"]: entry for entry in capabilities(functions)}
+    assert found["graphs (capture, replay)"]["available"] is False
+    assert found["graphs (capture, replay)"]["missing"] == ["aclmdlRIExecuteAsync"]
+    assert found["host functions"]["available"] is True
+    report = {
+        "hcclpy_version": "9.9", "python": {"version": "3.x", "executable": "python"}, "environment": {},
+        "backend": "cann", "libraries": [], "acl_version": None, "soc_name": None, "device_count": 0, "devices": [],
+        "functions": functions, "optional_functions": sorted(functions), "capabilities": list(found.values()),
+        "simulator": None, "error": None,
+    }
+    text = format_text(report, width=100)
+    assert re.search(rf"^capabilities: +{len(CAPABILITIES) - 2} of {len(CAPABILITIES)} available$", text, re.M)
+    assert re.search(r"^  no   graphs \(capture, replay\) +Stream.capture, Graph.replay \(missing aclmdlRIExecuteAsync\)$",
+                     text, re.M)
+    assert "(missing aclrtMemcpy2d; without: a copy per row" in text
+    assert re.search(r"^  yes  host functions +Stream.launch_host_func$", text, re.M)
+
+
 def test_json_simulator_build(report, sim_home):
     build = json.loads((sim_home / "BUILD_INFO.json").read_text())
     assert report["simulator"] == build
@@ -85,6 +137,8 @@ def test_text_report(sim_home):
     assert re.search(r"^functions: +\d+ required and \d+ of \d+ optional C functions present$", text, re.M)
     assert "HcclAllGatherV" in text
     assert re.search(rf"^simulator: +{re.escape(str(sim_home.resolve()))} \(build ", text, re.M)
+    assert re.search(rf"^capabilities: +{len(CAPABILITIES)} of {len(CAPABILITIES)} available$", text, re.M)
+    assert re.search(r"^  yes  IPC memory +DeviceArray.ipc_export, DeviceArray.ipc_import$", text, re.M)
     assert "SimulatorFallbackWarning" not in result.stderr
 
 
