@@ -6,6 +6,7 @@ server."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from typing import Any, Dict, List
@@ -191,3 +192,89 @@ def _split_across(rank: int, size: int, info: bytes) -> List[Any]:
 def test_split_of_a_communicator_across_servers() -> None:
     out = ranks.run_processes(_split_across, 4, timeout=60, servers=["a", "a", "b", "b"])
     assert out == [[[0, 3], 2, [5]], [[1, 2], 2, [5]], [[1, 2], 2, [5]], [[0, 3], 2, [5]]]
+
+
+def _join_or_fail(rank: int, size: int, info: bytes, absent: int) -> str:
+    if rank == absent:
+        return "stayed away"
+    try:
+        hcclpy.Communicator(size, info, rank, device=rank).destroy()
+    except hcclpy.HcclpyError as exc:
+        return str(exc)
+    return "joined"
+
+
+def test_a_rank_that_never_joins_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "5")  # the root's too: it is served from this process
+    outcomes = ranks.run_processes(_join_or_fail, 4, 3, timeout=60, servers=["a", "a", "b", "b"],
+                                   env={"HCCL_CONNECT_TIMEOUT": "5"})
+    assert outcomes[3] == "stayed away"
+    for text in outcomes[:3]:
+        assert "3 of 4 ranks joined" in text and "never came: rank 3" in text, text
+
+
+def _all_reduce_here(rank: int, size: int, info: bytes) -> List[int]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    try:
+        x = hcclpy.from_numpy(np.array([rank, 1], dtype=np.int64), device=rank)
+        comm.all_reduce(x, op="sum")
+        return x.to_numpy().tolist()
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("variable, value", [("HCCL_IF_IP", "127.0.0.1"), ("HCCL_SOCKET_IFNAME", "=lo"),
+                                             ("HCCL_SOCKET_IFNAME", "l")])
+def test_the_interface_is_chosen_as_hccl_does(variable: str, value: str) -> None:
+    out = ranks.run_processes(_all_reduce_here, 3, timeout=60, servers=["a", "b", "b"], env={variable: value})
+    assert out == [[3, 3]] * 3
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("HCCL_IF_IP", "10.0.0.300", "HCCL_IF_IP='10.0.0.300' is not an IPv4 or IPv6 address"),
+    ("HCCL_SOCKET_IFNAME", "=nosuchif0", "no interface of that name is up"),
+])
+def test_a_bad_interface_is_named(variable: str, value: str, message: str) -> None:
+    saved = os.environ.get(variable)
+    os.environ[variable] = value
+    try:
+        with pytest.raises(hcclpy.HcclError, match=re.escape(message)):
+            ranks._root_info(["a", "b"])
+    finally:
+        if saved is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = saved
+
+
+def _rebuild(rank: int, size: int, info: bytes, victim: int, folder: str) -> Any:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    x = hcclpy.from_numpy(np.ones(1 << 12, dtype=np.float32), device=rank)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        comm.all_reduce(x, op="sum")
+        hcclpy.Device(rank).synchronize()
+        return "no error"
+    except hcclpy.HcclpyError:
+        comm.destroy()
+    # The survivors make a job of their own: the lowest publishes a fresh root info.
+    survivors = [r for r in range(size) if r != victim]
+    path = os.path.join(folder, "root_info")
+    if rank == survivors[0]:
+        with open(path + ".tmp", "wb") as handle:
+            handle.write(hcclpy.RootInfo.generate(device=rank).to_bytes())
+        os.replace(path + ".tmp", path)
+    assert ranks.wait_for(lambda: os.path.exists(path), 20)
+    with open(path, "rb") as handle:
+        fresh = hcclpy.RootInfo(handle.read())
+    with hcclpy.Communicator(len(survivors), fresh, survivors.index(rank), device=rank) as again:
+        y = hcclpy.from_numpy(np.array([rank], dtype=np.int32), device=rank)
+        again.all_reduce(y, op="sum")
+        return y.to_numpy().tolist()
+
+
+def test_survivors_rebuild_after_a_server_loses_a_rank(tmp_path: Any) -> None:
+    out = ranks.run_processes(_rebuild, 4, 2, str(tmp_path), timeout=60, servers=["a", "a", "b", "b"],
+                              env={"HCCL_EXEC_TIMEOUT": "5"}, return_exceptions=True)
+    assert [out[r] for r in (0, 1, 3)] == [[4]] * 3, out

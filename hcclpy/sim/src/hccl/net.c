@@ -30,6 +30,7 @@
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define HELLO_MAGIC 0x4f4c4c4548534e48ULL /* "HNSHELLO" */
 #define POLL_SLICE_MS 100
+#define ROOT_ANSWER_GRACE_NS 2000000000LL
 
 /* ------------------------------------------------------------ the server */
 
@@ -255,12 +256,14 @@ static int64_t connect_timeout_ns(void)
     return (int64_t)(sim_env_seconds("HCCL_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT_S) * 1e9);
 }
 
-static void send_failure(int fd, HcclResult code, const char *text, int64_t deadline)
+/* Tells a rank why the communicator will not form (its own deadline may have passed: the rank's
+ * socket buffer takes the answer at once, or the rank is gone). */
+static void send_failure(int fd, HcclResult code, const char *text)
 {
     layout_head_t head = {0};
     head.status = code;
     snprintf(head.text, sizeof head.text, "%s", text);
-    io_all(fd, &head, sizeof head, true, deadline, "a rank");
+    io_all(fd, &head, sizeof head, true, sim_now_ns() + 1000000000LL, "a rank");
 }
 
 /* Names the ranks missing from `have` (nranks entries), "2, 5, 7" (at most 16 named). */
@@ -326,7 +329,7 @@ static void *root_main(void *arg)
             fds = malloc(nranks * sizeof *fds);
             hellos = calloc(nranks, sizeof *hellos);
             if (fds == NULL || hellos == NULL) {
-                send_failure(fd, HCCL_E_MEMORY, "the root ran out of host memory", deadline);
+                send_failure(fd, HCCL_E_MEMORY, "the root ran out of host memory");
                 close(fd);
                 status = HCCL_E_MEMORY;
                 snprintf(text, sizeof text, "the root ran out of host memory");
@@ -345,7 +348,7 @@ static void *root_main(void *arg)
             else
                 snprintf(text, sizeof text, "rank %u of this communicator was already taken by another caller (each "
                          "rank must pass a different rank id)", hello.rank);
-            send_failure(fd, status, text, deadline);
+            send_failure(fd, status, text);
             close(fd);
             break;
         }
@@ -353,6 +356,8 @@ static void *root_main(void *arg)
         hellos[hello.rank] = hello;
         if (++joined == nranks)
             break;
+        /* As a root info of one server: the time left counts from the last rank that came. */
+        deadline = sim_now_ns() + connect_timeout_ns();
     }
     /* The layout: servers numbered in the order of their lowest rank. */
     uint32_t nservers = 0;
@@ -372,7 +377,7 @@ static void *root_main(void *arg)
         if (fds[r] < 0)
             continue;
         if (status != HCCL_SUCCESS) {
-            send_failure(fds[r], status, text, deadline);
+            send_failure(fds[r], status, text);
             continue;
         }
         layout_head_t head = {0};
@@ -708,8 +713,7 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     int64_t deadline = sim_now_ns() + connect_timeout_ns();
     hello_t hello = {0};
     int listener = -1, root_fd = -1;
-    char root_where[96];
-    snprintf(root_where, sizeof root_where, "the communicator's root at %s:%d", wire->node, wire->fd);
+    const char *root_where = "the communicator's root";
     int err = connect_to(wire->node, (uint16_t)wire->fd, deadline, root_where, &root_fd);
     if (err == HCCL_SUCCESS)
         err = local_address(hello.host, sizeof hello.host, root_fd);
@@ -733,8 +737,10 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
         net->rank = rank;
         net->device = device;
     }
+    /* The root names the ranks that never came when its own timeout passes: a little longer here
+     * lets its answer arrive rather than a bare timeout. */
     if (err == HCCL_SUCCESS)
-        err = read_layout(net, root_fd, deadline, &ranks);
+        err = read_layout(net, root_fd, deadline + ROOT_ANSWER_GRACE_NS, &ranks);
     /* This server's communicator: its lowest rank makes the root info, the root relays it. */
     rootinfo_wire_t local_wire;
     if (err == HCCL_SUCCESS) {
