@@ -81,7 +81,7 @@ def _one_dies(rank: int, size: int, info: bytes, victim: int, how: str) -> str:
     if rank == victim:
         if how == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(8)  # stops reading: the others' execution timeout (2 s) passes first
+        time.sleep(3.5)  # stops reading: the others' execution timeout (2 s) passes first
         return "slept"
     started = time.monotonic()
     try:
@@ -92,8 +92,9 @@ def _one_dies(rank: int, size: int, info: bytes, victim: int, how: str) -> str:
     return "no error"
 
 
-@pytest.mark.parametrize("how", ["killed", "silent"])
-@pytest.mark.parametrize("victim", [1, 3])
+# Killed: on either server (rank 1 shares server a with rank 0, which serves nothing; rank 3 is
+# on the other). Silent: waits out the execution timeout, once is enough.
+@pytest.mark.parametrize("how, victim", [("killed", 1), ("killed", 3), ("silent", 3)])
 def test_a_lost_rank_fails_every_server(how: str, victim: int) -> None:
     outcomes = ranks.run_processes(_one_dies, 4, victim, how, timeout=60, servers=["a", "a", "b", "b"],
                                    env={"HCCL_EXEC_TIMEOUT": "2"}, return_exceptions=True)
