@@ -279,3 +279,31 @@ def test_survivors_rebuild_after_a_server_loses_a_rank(tmp_path: Any) -> None:
     out = ranks.run_processes(_rebuild, 4, 2, str(tmp_path), timeout=60, servers=["a", "a", "b", "b"],
                               env={"HCCL_EXEC_TIMEOUT": "5"}, return_exceptions=True)
     assert [out[r] for r in (0, 1, 3)] == [[4]] * 3, out
+
+
+def _late_peer(rank: int, size: int, info: bytes) -> List[str]:
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    try:
+        stream = hcclpy.Device(rank).create_stream()
+        x = hcclpy.from_numpy(np.full(4, rank + 1, dtype=np.int32), device=rank)
+        seen = []
+        if rank == 1:
+            time.sleep(2)  # rank 0's wait with a timeout gives up meanwhile
+        comm.all_reduce(x, op="sum", stream=stream)
+        if rank == 0:
+            try:
+                stream.synchronize(timeout=0.5)
+                seen.append("done early")
+            except hcclpy.CommTimeoutError:
+                seen.append("timed out")  # the operation goes on
+        stream.synchronize()
+        seen.append(str(x.to_numpy().tolist()))
+        stream.close()
+        return seen
+    finally:
+        comm.destroy()
+
+
+def test_a_wait_with_a_timeout_returns_while_servers_talk() -> None:
+    out = ranks.run_processes(_late_peer, 2, timeout=60, servers=["a", "b"], env={"HCCL_EXEC_TIMEOUT": "30"})
+    assert out == [["timed out", "[3, 3, 3, 3]"], ["[3, 3, 3, 3]"]]

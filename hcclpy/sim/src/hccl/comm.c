@@ -653,6 +653,9 @@ void hccl_comm_abort(hccl_comm_t *comm, HcclResult code, const char *fmt, ...)
     va_start(ap, fmt);
     segment_vabort(comm->header, (int32_t)comm->rank, code, fmt, ap);
     va_end(ap);
+    /* Across servers the segment is this rank's alone: the other ranks are told over TCP. */
+    if (comm->net != NULL)
+        hccl_net_shutdown(comm->net, code, hccl_abort_text(comm->header));
 }
 
 void hccl_comm_abort_as(hccl_comm_t *comm, uint32_t rank, HcclResult code, const char *fmt, ...)

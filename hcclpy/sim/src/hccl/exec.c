@@ -983,9 +983,10 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
 {
     op_task_t *op = (op_task_t *)task;
     if (op->comm->net != NULL) {
-        /* Spanning servers: in the communicator's order as any other, then to its end. */
+        /* Spanning servers: in the communicator's order as any other, run by its network thread
+         * while this one waits, as long as its caller lets it. */
         hccl_comm_t *comm = op->comm;
-        if (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1) {
+        if (!op->started) {
             sim_backoff_t backoff;
             sim_backoff_init(&backoff);
             while (atomic_load_explicit(&comm->lseq_done, memory_order_acquire) != op->lseq - 1) {
@@ -994,9 +995,14 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
                 if (sim_backoff_step(&backoff))
                     usleep(50);
             }
+            op->started = true;
+            int err = hccl_net_submit(op);
+            if (err != HCCL_SUCCESS)
+                return fail(op, err);
         }
-        op->started = true;
-        int rc = hccl_net_run(op);
+        int rc = hccl_net_wait(op, caller_deadline_ns);
+        if (rc == SIM_TASK_AGAIN)
+            return SIM_TASK_AGAIN;
         if (rc != HCCL_SUCCESS)
             return fail(op, rc);
         finish(op);

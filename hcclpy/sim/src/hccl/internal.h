@@ -379,6 +379,11 @@ struct op_task {
     int64_t deadline_ns;
     uint64_t *item_seq;
     uint8_t *item_state;
+    /* across servers (net.c): run by the communicator's network thread */
+    struct op_task *net_next;
+    _Atomic uint32_t net_done;
+    int net_rc;
+    char *net_text;         /* why it failed */
 };
 
 op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type);

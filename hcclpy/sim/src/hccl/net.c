@@ -491,6 +491,16 @@ void hccl_net_free(hccl_net_t *net)
 {
     if (net == NULL)
         return;
+    if (net->thread_started) {
+        /* Idle by now: every operation holds a reference on the communicator. */
+        pthread_mutex_lock(&net->lock);
+        net->stopping = true;
+        pthread_cond_signal(&net->wake);
+        pthread_mutex_unlock(&net->lock);
+        pthread_join(net->thread, NULL);
+    }
+    pthread_mutex_destroy(&net->lock);
+    pthread_cond_destroy(&net->wake);
     for (uint32_t r = 0; net->sock != NULL && r < net->nranks; r++)
         if (net->sock[r] >= 0)
             close(net->sock[r]);
@@ -520,8 +530,11 @@ void hccl_net_free(hccl_net_t *net)
 
 void hccl_net_shutdown(hccl_net_t *net, HcclResult code, const char *why)
 {
-    if (net->shut)
+    pthread_mutex_lock(&net->lock);
+    if (net->shut) {
+        pthread_mutex_unlock(&net->lock);
         return;
+    }
     net->shut = true;
     struct {
         hccl_msg_header_t head;
@@ -541,6 +554,7 @@ void hccl_net_shutdown(hccl_net_t *net, HcclResult code, const char *why)
             (void)!send(net->sock[r], &frame, sizeof frame, MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(net->sock[r], SHUT_WR);
     }
+    pthread_mutex_unlock(&net->lock);
     if (net->local != NULL && hccl_comm_broken(net->local) == HCCL_SUCCESS)
         hccl_comm_abort(net->local, HCCL_E_REMOTE, "rank %u of the communicator spanning servers failed: %s",
                         net->rank, why);
@@ -736,6 +750,8 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
         net->nranks = nranks;
         net->rank = rank;
         net->device = device;
+        pthread_mutex_init(&net->lock, NULL);
+        pthread_cond_init(&net->wake, NULL);
     }
     /* The root names the ranks that never came when its own timeout passes: a little longer here
      * lets its answer arrive rather than a bare timeout. */
@@ -882,15 +898,19 @@ static int move_out(hccl_net_t *net, hccl_xfer_t *x, bool *moved)
             from = (const char *)x->send + (x->out_done - sizeof x->out);
             left = total - x->out_done;
         }
+        pthread_mutex_lock(&net->lock);
         ssize_t n = send(net->sock[x->peer], from, (size_t)SIM_MIN(left, 1u << 30), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        int error = errno;
+        if (n > 0)
+            x->out_done += (uint64_t)n;
+        net->midway[x->peer] = x->out_done > 0 && x->out_done < total;
+        pthread_mutex_unlock(&net->lock);
+        if (n < 0 && (error == EAGAIN || error == EWOULDBLOCK || error == EINTR))
             break;
         if (n <= 0)
-            return connection_lost(net, x->peer, n < 0 ? errno : 0, "sending to it");
-        x->out_done += (uint64_t)n;
+            return connection_lost(net, x->peer, n < 0 ? error : 0, "sending to it");
         *moved = true;
     }
-    net->midway[x->peer] = x->out_done > 0 && x->out_done < total;
     return HCCL_SUCCESS;
 }
 
@@ -1015,4 +1035,69 @@ int hccl_net_exchange(op_task_t *op, hccl_xfer_t *xfers, uint32_t count)
     }
     free(pfds);
     return err;
+}
+
+/* -------------------------------------------------------- the network thread */
+
+static void *network_main(void *arg)
+{
+    hccl_net_t *net = arg;
+    for (;;) {
+        pthread_mutex_lock(&net->lock);
+        while (net->head == NULL && !net->stopping)
+            pthread_cond_wait(&net->wake, &net->lock);
+        op_task_t *op = net->head;
+        if (op == NULL) {
+            pthread_mutex_unlock(&net->lock);
+            return NULL;
+        }
+        net->head = op->net_next;
+        if (net->head == NULL)
+            net->tail = NULL;
+        pthread_mutex_unlock(&net->lock);
+        int rc = hccl_net_run(op);
+        op->net_rc = rc;
+        if (rc != HCCL_SUCCESS)
+            op->net_text = strdup(sim_error_text());
+        /* The waiting thread may free the operation as soon as it sees this. */
+        atomic_store_explicit(&op->net_done, 1, memory_order_release);
+        sim_futex_wake(&op->net_done, false);
+    }
+}
+
+int hccl_net_submit(op_task_t *op)
+{
+    hccl_net_t *net = op->comm->net;
+    pthread_mutex_lock(&net->lock);
+    if (!net->thread_started) {
+        int rc = pthread_create(&net->thread, NULL, network_main, net);
+        if (rc != 0) {
+            pthread_mutex_unlock(&net->lock);
+            return hccl_error(HCCL_E_SYSCALL, "starting the thread of '%s' that talks to other servers failed: %s",
+                              op->comm->name, strerror(rc));
+        }
+        net->thread_started = true;
+    }
+    op->net_next = NULL;
+    if (net->tail != NULL)
+        net->tail->net_next = op;
+    else
+        net->head = op;
+    net->tail = op;
+    pthread_cond_signal(&net->wake);
+    pthread_mutex_unlock(&net->lock);
+    return HCCL_SUCCESS;
+}
+
+int hccl_net_wait(op_task_t *op, int64_t caller_deadline_ns)
+{
+    while (atomic_load_explicit(&op->net_done, memory_order_acquire) == 0) {
+        int64_t left = caller_deadline_ns - sim_now_ns();
+        if (left <= 0)
+            return SIM_TASK_AGAIN;
+        sim_futex_wait(&op->net_done, 0, SIM_MIN(left, 100000000LL), false);
+    }
+    if (op->net_rc != HCCL_SUCCESS)
+        hccl_error((HcclResult)op->net_rc, "%s", op->net_text != NULL ? op->net_text : "out of host memory");
+    return op->net_rc;
 }

@@ -34,6 +34,14 @@ struct hccl_net {
     uint64_t *sent, *received;  /* per rank: messages so far, which the next message's header names */
     bool *midway;               /* per rank: a message to it is partly sent */
     bool shut;
+    /* The network thread runs the operations (in the order they are handed over); `lock` guards
+     * its queue and every send on the connections, so that a failure's notice
+     * (hccl_net_shutdown) never lands inside a message. */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool thread_started, stopping;
+    op_task_t *head, *tail;
 };
 
 /* Whether this process's ranks take part in a job that spans servers (HCCLPY_SIM_SERVER, or a
@@ -61,6 +69,11 @@ void hccl_net_shutdown(hccl_net_t *net, HcclResult code, const char *why);
 /* netops.c: runs operation `op` of a spanning communicator to its end (HCCL_SUCCESS or a code,
  * recorded). */
 int hccl_net_run(op_task_t *op);
+/* Hands `op` to the communicator's network thread (started on first use). */
+int hccl_net_submit(op_task_t *op);
+/* Waits until the network thread has run `op` or the caller's deadline passes: SIM_TASK_AGAIN,
+ * or what hccl_net_run returned, its text recorded in this thread. */
+int hccl_net_wait(op_task_t *op, int64_t caller_deadline_ns);
 
 /* One TCP transfer of an operation with a peer: a message to it, one from it, or both.  Every
  * message is preceded by a header holding `what` (the call as this rank made it, `seq` replaced

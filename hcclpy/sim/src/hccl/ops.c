@@ -45,6 +45,7 @@ void hccl_op_free(op_task_t *op)
     free(op->items);
     free(op->item_seq);
     free(op->item_state);
+    free(op->net_text);
     free(op);
 }
 
