@@ -26,10 +26,7 @@ ranks. The target: hcclpy <= floor + 5 us. Nothing is asserted: this is a benchm
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing
 import os
-import queue
 import statistics
 import sys
 import tempfile
@@ -40,6 +37,8 @@ from typing import Any, Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+from spawned import rank_arguments, run_spawned  # noqa: E402  (a sibling module)
 
 TARGET_OVER_FLOOR_US = 5.0
 NOOP = "hcclpy_bench_noop"
@@ -170,36 +169,8 @@ def measure(ranks: int = 2, calls: int = 5000, rounds: int = 7, timeout: float =
     RuntimeError
         When a rank fails, or the ranks do not finish within ``timeout`` seconds.
     """
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     with tempfile.TemporaryDirectory(prefix="hcclpy-torch-dispatch-") as directory:
-        store = os.path.join(directory, "store")
-        processes = [context.Process(target=_rank, args=(r, ranks, store, calls, rounds, results), daemon=True)
-                     for r in range(ranks)]
-        for process in processes:
-            process.start()
-        found: Dict[int, Dict[str, Any]] = {}
-        deadline = time.monotonic() + timeout
-        try:
-            while len(found) < ranks:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"the ranks did not finish within {timeout:g} s")
-                try:
-                    rank, outcome = results.get(timeout=min(left, 1.0))
-                except queue.Empty:
-                    dead = [r for r, p in enumerate(processes) if p.exitcode not in (None, 0) and r not in found]
-                    if dead:
-                        raise RuntimeError(f"rank(s) {dead} exited with codes {[processes[r].exitcode for r in dead]}")
-                    continue
-                if "error" in outcome:
-                    raise RuntimeError(f"rank {rank} failed: {outcome['error']}")
-                found[rank] = outcome
-        finally:
-            for process in processes:
-                process.join(10.0)
-                if process.is_alive():
-                    process.terminate()
+        found = run_spawned(_rank, ranks, (ranks, os.path.join(directory, "store"), calls, rounds), timeout)
     hcclpy_us = max(o["hcclpy"] for o in found.values()) * 1e6
     floor_us = max(o["floor"] for o in found.values()) * 1e6
     c_work_us = max(o["c_work"] for o in found.values()) * 1e6
@@ -231,15 +202,8 @@ def report(result: Dict[str, Any]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
-    parser.add_argument("--calls", type=int, default=5000, help="calls per round, default 5000")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds per backend (median), default 7")
-    parser.add_argument("--timeout", type=float, default=300.0, help="stop the ranks after this many seconds")
-    args = parser.parse_args(argv)
-    if args.ranks < 2 or args.calls < 1 or args.rounds < 1:
-        parser.error(f"--ranks must be 2 or more, --calls and --rounds 1 or more; got {args.ranks}, {args.calls}, "
-                     f"{args.rounds}")
+    args = rank_arguments(argv, __doc__.split("\n\n")[0], calls=5000, calls_help="calls per round", rounds=7,
+                          rounds_help="rounds per backend")
     print(report(measure(args.ranks, args.calls, args.rounds, args.timeout)))
     return 0
 

@@ -151,7 +151,8 @@ def collect() -> Dict[str, Any]:
         do without), ``capabilities`` (:func:`capabilities`: what hcclpy can do with them),
         ``simulator`` (the build description or None), ``warnings`` (settings that
         were partly ignored, such as the entries of ``ASCEND_RT_VISIBLE_DEVICES`` from the first
-        one that is not a device, or an ``HCCLPY_TRACE_SIZE`` that is not a number) and ``error`` (why the libraries could not be loaded, else None).
+        one that is not a device, or an ``HCCLPY_TRACE_SIZE`` that is not a number) and ``error``
+        (why the libraries could not be loaded, else None).
 
     Examples
     --------

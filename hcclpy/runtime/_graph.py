@@ -65,8 +65,8 @@ class Graph:
     >>> stream.synchronize(); graph.close()
     """
 
-    __slots__ = ("__weakref__", "_model", "_stream", "_mode", "_holdings", "_comms", "_joined", "_finalizer",
-                 "_state")
+    __slots__ = ("__weakref__", "_model", "_stream", "_mode", "_holdings", "_held_once", "_comms", "_joined",
+                 "_finalizer", "_state")
 
     _model: List[Any]  # the aclmdlRI, once the capture ended (a list the finalizer shares)
 
@@ -89,6 +89,7 @@ class Graph:
         self._stream = stream
         self._mode = mode
         self._holdings = _stream.holder(stream._device_id)  # seen by DeviceArray.close as a stream's
+        self._held_once: Optional[tuple] = None  # what a replay holds: each held object once
         self._comms: Dict[int, Any] = {}
         self._joined: List[_stream.Stream] = [stream]
         self._state = "capturing"
@@ -118,6 +119,7 @@ class Graph:
     def _hold(self, keep: Any, comm: Any = None) -> None:
         """Keep ``keep`` (and ``comm``) alive while the graph lives: recorded work uses them."""
         self._holdings.held.extend(keep)
+        self._held_once = None
         if comm is not None:
             self._comms[id(comm)] = comm
 
@@ -203,7 +205,10 @@ class Graph:
                 raise ValueError(f"communicator '{comm._name}', which the graph's collectives use, was "
                                  f"{'aborted' if comm._aborted else 'destroyed'}: the graph cannot run")
         _ffi.check_acl(_ffi.api().aclmdlRIExecuteAsync(self._model[0], target._cdata()), "aclmdlRIExecuteAsync")
-        target._hold(tuple(self._holdings.held))  # reads of its buffers wait for this replay
+        once = self._held_once
+        if once is None:  # each object once: a graph of 100 operations on one buffer holds it 200 times
+            once = self._held_once = tuple({id(item): item for item in self._holdings.held}.values())
+        target._hold(once)  # reads of its buffers wait for this replay
 
     def close(self) -> None:
         """Free the graph (``aclmdlRIDestroy``) and let go of its buffers and communicators;

@@ -158,6 +158,21 @@ def test_torch_vs_gloo_runs_and_checks_its_results() -> None:
     assert "# before: vCPUs: " in out and "# after: vCPUs: " in out
 
 
+@pytest.mark.timeout(120)
+def test_servers_vs_gloo_runs_two_launchers_and_checks_its_results() -> None:
+    """servers_vs_gloo.py: two ``hcclpy run --nnodes 2`` launchers, 2 simulated servers x 2 ranks,
+    hcclpy's path across servers next to gloo in the same 4 processes, every result checked."""
+    pytest.importorskip("torch")
+    out = _run("servers_vs_gloo.py", "--max-bytes", "1M", "--rounds", "1", "--budget", "1024", timeout=100)
+    assert "2 simulated servers x 2 ranks" in out and "same 4 ranks" in out, out
+    rows = [line.split() for line in out.splitlines() if line.split()[1:2] in (["B"], ["MiB"])]
+    assert [row[:2] for row in rows] == [["8", "B"], ["1", "MiB"]], out
+    assert all(float(cell) > 0 for row in rows for cell in row[3:5]), out  # the two times
+    assert "# 8 B latency: hcclpy" in out and "# 1 MiB busbw: hcclpy" in out, out
+    assert "# wrong elements (all ranks; gloo's while float32 holds the sum exactly): 0" in out, out
+    assert out.startswith("# before: vCPUs: ") and "# after: vCPUs: " in out
+
+
 @pytest.mark.timeout(240)
 def test_init_time_reports_each_rank_count() -> None:
     out = _run("init_time.py", "--ranks", "2", "--repeat", "1")
@@ -170,3 +185,18 @@ def test_the_c_benchmark_builds_and_runs_against_the_simulator() -> None:
     out = _run("run_sim_allreduce.py", "--", "-b", "8", "-e", "1K", "-f", "8", "-n", "5", "-w", "1")
     assert "# Out of bounds values : 0 OK" in out and "memcpy reference" in out, out
     assert "# before: vCPUs: " in out and "# after: vCPUs: " in out, out
+
+
+@pytest.mark.timeout(240)
+def test_graph_replay_times_the_three_ways_and_checks_them() -> None:
+    """graph_replay.py: a captured batch replayed, the same calls from Python and as a persistent
+    operation, side by side on 2 ranks, each way's result checked."""
+    out = _run("graph_replay.py", "--calls", "10", "--rounds", "2")
+    starts = ("comm.", "PersistentOp.", "graph.", "  raw")
+    rows = {line[:38].strip(): line[38:].split() for line in out.splitlines() if line.startswith(starts)}
+    assert set(rows) == {"comm.all_reduce(x, stream=s) x10", "PersistentOp.start() x10", "graph.replay() (10 captured)",
+                         "raw cffi HcclAllReduce x10", "raw cffi aclmdlRIExecuteAsync"}, out
+    assert all(len(cells) == 4 and all(float(cell) > 0 for cell in cells) for cells in rows.values()), out
+    assert "queue time ratios: python/replay " in out and "# target (issue 31): replay's queue time >= 20x" in out
+    assert "every way's checked batch gave the expected sum on every rank" in out, out
+    assert out.startswith("# before: vCPUs: ") and "# after: vCPUs: " in out
