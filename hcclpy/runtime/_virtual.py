@@ -22,7 +22,7 @@ from ..errors import UnsupportedError
 from ..types import as_datatype
 from ._device import Device, DeviceLike
 from ._lifetime import CLOSES, attach, close_now
-from ._memory import DeviceArray, ShapeLike, _byte_size, _device_of, _shape_of, settle
+from ._memory import DeviceArray, ShapeLike, _byte_count, _byte_size, _device_of, _shape_of, settle
 
 __all__ = ["PhysicalMemory", "ShareableHandle", "VirtualRange", "allocation_granularity"]
 
@@ -52,14 +52,9 @@ def _prop(device_id: int) -> Any:
 
 
 def _size_of(size: Any, argument: str = "size") -> int:
-    if isinstance(size, (bool, np.bool_)):
-        raise TypeError(f"{argument}={size!r} must be an int (bytes)")
-    try:
-        value = operator.index(size)
-    except TypeError:
-        raise TypeError(f"{argument}={size!r} must be an int (bytes)") from None
-    if value <= 0:
-        raise ValueError(f"{argument}={value} must be a positive number of bytes")
+    value = _byte_count(size, argument)
+    if value == 0:
+        raise ValueError(f"{argument}=0 must be a positive number of bytes")
     return value
 
 
