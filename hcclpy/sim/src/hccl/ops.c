@@ -49,7 +49,7 @@ void hccl_op_free(op_task_t *op)
     free(op);
 }
 
-void hccl_op_submit(op_task_t *op)
+void hccl_op_submit(op_task_t *op, bool start)
 {
     hccl_comm_t *comm = op->comm;
     sim_stream_t *stream = op->stream;
@@ -75,7 +75,7 @@ void hccl_op_submit(op_task_t *op)
     /* A small collective on an idle stream announces itself and posts its data now (and finishes, if
      * the peers are there), instead of when the stream is synchronised: the peers that wait for it go
      * on that much earlier.  The op may already be done and freed: only the stream is used. */
-    if (eager)
+    if (eager && start)
         sim_stream_start(stream, place);
 }
 
@@ -121,7 +121,8 @@ static int replay_op(const sim_task_t *task, sim_stream_t *stream)
     }
     if (!hccl_cmd_is_collective(op->type))
         op->pseq = atomic_fetch_add(&comm->next_pseq, 1) + 1;
-    hccl_op_submit(op);
+    /* One launch of a model runs nothing on the host, as on a device: the stream does it all. */
+    hccl_op_submit(op, false);
     return ACL_SUCCESS;
 }
 
@@ -131,7 +132,7 @@ static int dispatch(op_task_t *op)
         op->pseq = atomic_fetch_add(&op->comm->next_pseq, 1) + 1;
     if (hccl_group_active())
         return hccl_group_add_op(op);
-    hccl_op_submit(op);
+    hccl_op_submit(op, true);
     return HCCL_SUCCESS;
 }
 
