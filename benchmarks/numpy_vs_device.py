@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
@@ -48,11 +48,13 @@ from hcclpy.cli._numbers import byte_size  # noqa: E402  (sizes as the CLI takes
 TARGET_RATIO = 1.1  # numpy path / (copy in + device + copy out) at the largest size (issue 28)
 
 
-def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str, compared: str) -> argparse.Namespace:
+def sweep_parser(description: str, rounds: int, budget: str, compared: str,
+                 ranks: str = "ranks (processes)") -> argparse.ArgumentParser:
     """The options of a size sweep that compares two ways of all-reducing (``compared``: what is
-    compared, for the help text); this script's and ``torch_vs_gloo.py``'s."""
+    compared, ``ranks``: what ``-n`` counts, for the help text); this script's, ``torch_vs_gloo.py``'s
+    and ``servers_vs_gloo.py``'s."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks (processes), default 2")
+    parser.add_argument("-n", "--ranks", type=int, default=2, help=f"{ranks}, default 2")
     parser.add_argument("--min-bytes", type=byte_size, default=8, help="smallest size, default 8")
     parser.add_argument("--max-bytes", type=byte_size, default=64 << 20, help="largest size, default 64M")
     parser.add_argument("--rounds", type=int, default=rounds,
@@ -61,7 +63,11 @@ def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str,
                         help=f"bytes all-reduced per round (sets the calls per round), default {budget}")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--timeout", type=float, default=900.0, help="stop the ranks after this many seconds")
-    return parser.parse_args(argv)
+    return parser
+
+
+def sweep_arguments(argv: List[str], description: str, rounds: int, budget: str, compared: str) -> argparse.Namespace:
+    return sweep_parser(description, rounds, budget, compared).parse_args(argv)
 
 
 def arguments(argv: List[str]) -> argparse.Namespace:
@@ -72,10 +78,37 @@ def launch(argv: List[str], args: argparse.Namespace, script: Path = Path(__file
     """Start the ranks: ``hcclpy run -n N script ARGS`` (rank 0 prints the table)."""
     command = [sys.executable, "-m", "hcclpy", "run", "-n", str(args.ranks), "--no-prefix",
                "--timeout", str(args.timeout), str(script.resolve()), *argv]
+    return run_probed([command], checkout_env())
+
+
+def checkout_env() -> Dict[str, str]:
+    """This process's environment, with this checkout first on ``PYTHONPATH`` (for the ranks)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_probed(commands: List[List[str]], env: Dict[str, str]) -> int:
+    """Run the commands at once (launchers, one per node) between two probes of the machine; the
+    exit status of the first that fails, once the others are stopped (they would wait for its
+    ranks), else 0."""
     print(f"# before: {machine.copying().describe()}", flush=True)
-    status = subprocess.call(command, env=env)
+    children = [subprocess.Popen(command, env=env) for command in commands]
+    try:
+        codes = [child.poll() for child in children]
+        while None in codes and not any(codes):
+            time.sleep(0.05)
+            codes = [child.poll() for child in children]
+        status = next((code for code in codes if code), 0)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
     print(f"# after: {machine.copying().describe()}")
     return status
 

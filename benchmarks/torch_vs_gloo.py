@@ -96,16 +96,16 @@ def busbw(nbytes: int, seconds: float, size: int) -> float:
     return 2 * (size - 1) / size * nbytes / seconds / 1e9
 
 
-def report(rows: list, wrong: int, size: int, args: argparse.Namespace, backend: str) -> None:
-    print(f"# dist.all_reduce float32 sum, CPU tensors, {size} ranks (processes); hcclpy runs on: {backend}")
-    print(f"# per-call time: median of {args.rounds} rounds, max over ranks; busbw in GB/s")
+def print_table(rows: list, size: int, markdown: bool) -> None:
+    """One line per size: ``(bytes, calls, hcclpy seconds, gloo seconds)`` rows as times, bus
+    bandwidths and their ratio (also ``servers_vs_gloo.py``'s table)."""
     header = ["size", "calls", "hcclpy (us)", "gloo (us)", "hcclpy busbw", "gloo busbw", "busbw ratio"]
     lines = []
     for nbytes, calls, ours, theirs in rows:
         lines.append([human(nbytes), str(calls), f"{ours * 1e6:.1f}", f"{theirs * 1e6:.1f}",
                       f"{busbw(nbytes, ours, size):.3f}", f"{busbw(nbytes, theirs, size):.3f}",
                       f"{theirs / ours:.2f}"])
-    if args.markdown:
+    if markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---:|" * len(header))
         for line in lines:
@@ -114,6 +114,12 @@ def report(rows: list, wrong: int, size: int, args: argparse.Namespace, backend:
         print("  ".join(f"{h:>12}" for h in header))
         for line in lines:
             print("  ".join(f"{cell:>12}" for cell in line))
+
+
+def report(rows: list, wrong: int, size: int, args: argparse.Namespace, backend: str) -> None:
+    print(f"# dist.all_reduce float32 sum, CPU tensors, {size} ranks (processes); hcclpy runs on: {backend}")
+    print(f"# per-call time: median of {args.rounds} rounds, max over ranks; busbw in GB/s")
+    print_table(rows, size, args.markdown)
     smallest = rows[0]
     latency = smallest[2] / smallest[3]
     print(f"# {human(smallest[0])} latency: hcclpy {smallest[2] * 1e6:.1f} us = {latency:.3f} x gloo "
