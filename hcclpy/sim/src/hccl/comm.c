@@ -24,8 +24,8 @@
 
 #define ROOTINFO_MAGIC "HPSROOT1"
 #define SEG_MAGIC 0x3147455353504348ULL /* "HCPSSEG1" */
-#define SEG_VERSION 5u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension;
-                        * 4: the mapping phase of creation; 5: how the ranks joined (join_kind) */
+#define SEG_VERSION 6u /* 2: two descriptors and eager data per slot; 3: sub-communicator members, suspension;
+                        * 4: the mapping phase of creation; 5: how the ranks joined (join_kind); 6: the calls of steps across servers */
 #define DEFAULT_CONNECT_TIMEOUT_S 120.0
 #define DEFAULT_EXEC_TIMEOUT_S 1836.0
 #define DEFAULT_BUFFSIZE_MB HCCL_COMM_DEFAULT_BUFFSIZE

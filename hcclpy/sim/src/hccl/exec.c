@@ -172,10 +172,18 @@ static int check_signatures(op_task_t *op)
     if (!g_desync_checks)
         return STEP_DONE;
     const op_desc_t *mine = desc_of(op, comm->rank);
+    const op_desc_t *my_call = &comm_slot(comm, comm->rank)->call[op->cseq & 1];
     char a[160], b[160];
     uint32_t unnamed = UINT32_MAX; /* a peer whose count matrix differs where this rank cannot see */
     for (uint32_t r = 0; r < comm->nranks; r++) {
         const op_desc_t *theirs = desc_of(op, r);
+        const op_desc_t *their_call = &comm_slot(comm, r)->call[op->cseq & 1];
+        if (r != comm->rank && my_call->seq != 0 && their_call->seq != 0 && !hccl_same_call(my_call, their_call)) {
+            /* Steps of calls across servers: the calls are what differ. */
+            hccl_op_describe(my_call, a, sizeof a);
+            hccl_op_describe(their_call, b, sizeof b);
+            return report_mismatch(op, r, a, b);
+        }
         if (r == comm->rank || hccl_same_call(mine, theirs))
             continue;
         if (mine->type == HCCL_CMD_ALLTOALLVC && theirs->type == HCCL_CMD_ALLTOALLVC &&
@@ -285,9 +293,11 @@ static int work_all_gather(op_task_t *op, size_t elem)
 {
     hccl_comm_t *comm = op->comm;
     uint64_t bytes = op->count * elem;
-    for (uint32_t r = 0; r < comm->nranks; r++)
-        sim_copy(buffer_of(comm, r, desc_of(op, r)->recv_offset) + comm->rank * bytes, op->send, bytes,
-                  op->streaming);
+    for (uint32_t r = 0; r < comm->nranks; r++) {
+        char *to = buffer_of(comm, r, desc_of(op, r)->recv_offset) + comm->rank * bytes;
+        if (to != op->send) /* in place, this rank's own block is there already */
+            sim_copy(to, op->send, bytes, op->streaming);
+    }
     return STEP_DONE;
 }
 
@@ -553,6 +563,7 @@ static void publish_descriptor(op_task_t *op)
     d->count = op->count;
     d->send_offset = op->send_offset;
     d->recv_offset = op->recv_offset;
+    comm_slot(comm, comm->rank)->call[op->cseq & 1] = op->call;
     uint64_t *vectors = slot_vectors(comm, comm->rank);
     if (op->type == HCCL_CMD_ALLTOALLV || op->type == HCCL_CMD_REDUCE_SCATTER_V)
         memcpy(vectors, op->vectors, 2 * n * sizeof *vectors);
@@ -983,8 +994,8 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
 {
     op_task_t *op = (op_task_t *)task;
     if (op->comm->net != NULL) {
-        /* Spanning servers: in the communicator's order as any other, run by its network thread
-         * while this one waits, as long as its caller lets it. */
+        /* Spanning servers: in the communicator's order as any other; run by the communicator's
+         * network thread while this one waits, as long as its caller lets it. */
         hccl_comm_t *comm = op->comm;
         if (!op->started) {
             sim_backoff_t backoff;
@@ -996,6 +1007,15 @@ int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
                     usleep(50);
             }
             op->started = true;
+            if (caller_deadline_ns == SIM_NO_DEADLINE) {
+                /* A caller that waits however long it takes (the stream's worker, a C program's
+                 * synchronisation) runs it here, without two hand-offs between threads. */
+                int rc = hccl_net_run(op);
+                if (rc != HCCL_SUCCESS)
+                    return fail(op, rc);
+                finish(op);
+                return SIM_TASK_DONE;
+            }
             int err = hccl_net_submit(op);
             if (err != HCCL_SUCCESS)
                 return fail(op, err);

@@ -135,6 +135,9 @@ typedef struct {
      * two copies used by turns (sequence number parity): a rank may start its
      * next collective while a peer still reads its previous one. */
     SIM_ALIGNED op_desc_t op[2];
+    /* For an operation that is a step of a call on a communicator across servers (netops.c), that
+     * call (seq 0: none): a difference between the ranks' calls is reported as one. */
+    op_desc_t call[2];
     SIM_ALIGNED char eager[2][HCCL_SIM_EAGER_BYTES];
 } slot_head_t;
 
@@ -379,6 +382,7 @@ struct op_task {
     int64_t deadline_ns;
     uint64_t *item_seq;
     uint8_t *item_state;
+    op_desc_t call;         /* the call on a communicator across servers this is a step of (seq 0: none) */
     /* across servers (net.c): run by the communicator's network thread */
     struct op_task *net_next;
     _Atomic uint32_t net_done;

@@ -506,6 +506,9 @@ void hccl_net_free(hccl_net_t *net)
             close(net->sock[r]);
     for (uint32_t s = 0; net->members != NULL && s < net->nservers; s++)
         free(net->members[s]);
+    for (int b = 0; b < HCCL_NET_STAGING_BLOCKS; b++)
+        if (net->staging[b].bytes > 0)
+            sim_arena_free_block(net->device, net->staging[b].offset);
     if (net->local != NULL) {
         HcclCommDestroy(net->local_handle);
         hccl_comm_unref(net->local);

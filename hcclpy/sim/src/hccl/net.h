@@ -15,6 +15,13 @@
  * `fd` the port, its token is the secret every member presents. */
 #define HCCL_NET_MAGIC "HPSNET01"
 
+/* A block of device memory a communicator stages through (netops.c). */
+#define HCCL_NET_STAGING_BLOCKS 8
+typedef struct {
+    uint64_t offset, bytes;     /* in the device's arena; 0 bytes: none yet */
+    char *base;
+} hccl_net_block_t;
+
 struct hccl_net {
     uint32_t nranks, rank;
     int device;
@@ -42,6 +49,7 @@ struct hccl_net {
     pthread_t thread;
     bool thread_started, stopping;
     op_task_t *head, *tail;
+    hccl_net_block_t staging[HCCL_NET_STAGING_BLOCKS];
 };
 
 /* Whether this process's ranks take part in a job that spans servers (HCCLPY_SIM_SERVER, or a

@@ -3,10 +3,10 @@
  * Each runs as steps of this server's communicator (`local`, shared memory: run here, to its end,
  * as its own operations) and TCP transfers with ranks of the other servers (net.c):
  *
- * - all_reduce: all_reduce inside the server; then, when every server has as many ranks, each
- *   rank reduces its 1/m slice with the ranks of the same index on the other servers and the
- *   server gathers the slices, else the servers' lowest ranks reduce the whole and broadcast it
- *   inside their servers.  Servers are reduced in server order, so every rank gets the same bits
+ * - all_reduce: when every server has as many ranks (m), reduce_scatter inside the server, each
+ *   rank's 1/m slice reduced with the ranks of the same index on the other servers, all_gather
+ *   inside (through staging when m does not divide the count); else all_reduce inside, the
+ *   servers' lowest ranks reduce the whole and broadcast it inside their servers.  Servers are reduced in server order, so every rank gets the same bits
  *   whatever the sizes (and HCCL_DETERMINISTIC holds).
  * - broadcast: the root sends to the lowest rank of every other server, which broadcasts inside.
  * - all_gather(_v): gathered inside each server, the servers' blocks exchanged by their lowest
@@ -29,35 +29,38 @@
 
 /* ------------------------------------------------------ staging memory */
 
-/* Device memory an operation stages through (its server's ranks read it as any device memory),
- * given back when the operation ends. */
+/* Device memory an operation stages through (its server's ranks read it as any device memory):
+ * the communicator's blocks, taken in order by each operation and kept for the next, grown when
+ * too small.  Kept, because memory given back to the arena is given back to the system: a
+ * large operation would fault its staging in, page by page, every time. */
 typedef struct {
     hccl_net_t *net;
-    uint32_t count;
-    uint64_t offsets[8];
+    uint32_t used;
 } staging_t;
 
 static int stage(staging_t *st, uint64_t bytes, void **out)
 {
-    if (st->count == sizeof st->offsets / sizeof st->offsets[0])
+    hccl_net_t *net = st->net;
+    if (st->used == HCCL_NET_STAGING_BLOCKS)
         return hccl_error(HCCL_E_INTERNAL, "too many staging blocks in one operation");
-    uint64_t offset;
-    sim_arena_loc_t loc;
-    char *base = NULL;
-    if (sim_arena_alloc_block(st->net->device, SIM_MAX(bytes, 64), "HCCL", &offset, &loc) != 0 ||
-        sim_device_arena(st->net->device, &loc, &base) != 0)
-        return hccl_error(HCCL_E_MEMORY, "staging %llu bytes between servers on device %d: %s",
-                          (unsigned long long)bytes, st->net->device, sim_error_text());
-    st->offsets[st->count++] = offset;
-    *out = base + offset;
+    hccl_net_block_t *block = &net->staging[st->used];
+    bytes = SIM_MAX(bytes, 64);
+    if (block->bytes < bytes) {
+        if (block->bytes > 0)
+            sim_arena_free_block(net->device, block->offset);
+        block->bytes = 0;
+        sim_arena_loc_t loc;
+        char *base = NULL;
+        if (sim_arena_alloc_block(net->device, bytes, "HCCL", &block->offset, &loc) != 0 ||
+            sim_device_arena(net->device, &loc, &base) != 0)
+            return hccl_error(HCCL_E_MEMORY, "staging %llu bytes between servers on device %d: %s",
+                              (unsigned long long)bytes, net->device, sim_error_text());
+        block->bytes = bytes;
+        block->base = base + block->offset;
+    }
+    st->used++;
+    *out = block->base;
     return HCCL_SUCCESS;
-}
-
-static void unstage(staging_t *st)
-{
-    for (uint32_t i = 0; i < st->count; i++)
-        sim_arena_free_block(st->net->device, st->offsets[i]);
-    st->count = 0;
 }
 
 /* ------------------------------------------------------ inside the server */
@@ -71,12 +74,17 @@ static uint64_t offset_of(const hccl_net_t *net, const void *ptr)
     return offset;
 }
 
+static op_desc_t call_of(const op_task_t *op);
+
 static op_task_t *local_op(const op_task_t *op, uint32_t type, const void *send, void *recv, uint64_t count)
 {
     hccl_net_t *net = op->comm->net;
     op_task_t *sub = hccl_op_new(net->local, op->stream, type);
     if (sub == NULL)
         return NULL;
+    /* Ranks whose calls differ are told so in terms of the calls, not of their steps. */
+    sub->call = call_of(op);
+    sub->call.seq = hccl_cmd_is_collective(op->type) ? op->cseq : 0;
     sub->send = (void *)send;
     sub->recv = recv;
     sub->send_offset = offset_of(net, send);
@@ -243,13 +251,27 @@ static int all_reduce(op_task_t *op, staging_t *st, const void *send, void *recv
     if (count == 0)
         return HCCL_SUCCESS;
     int err;
+    uint32_t peers[HCCL_SIM_MAX_RANKS];
+    if (net->even && m > 1 && count % m == 0 && !net->flat) {
+        /* As HCCL: reduce_scatter inside the server into this rank's slice j of the output, the
+         * slice reduced with the ranks of index j of the other servers, all_gather in place. */
+        uint64_t per = count / m;
+        char *slice = (char *)recv + per * j * elem;
+        for (uint32_t t = 0; t < net->nservers; t++)
+            peers[t] = net->members[t][j];
+        err = local_run(op, local_op(op, HCCL_CMD_REDUCE_SCATTER, send, slice, per));
+        if (err == HCCL_SUCCESS)
+            err = reduce_across(op, st, peers, slice, per);
+        if (err == HCCL_SUCCESS)
+            err = local_run(op, local_op(op, HCCL_CMD_ALLGATHER, slice, recv, per));
+        return err;
+    }
     if (m > 1)
         err = local_run(op, local_op(op, HCCL_CMD_ALLREDUCE, send, recv, count));
     else
         err = (send != recv ? memmove(recv, send, count * elem) : NULL, HCCL_SUCCESS);
     if (err != HCCL_SUCCESS)
         return err;
-    uint32_t peers[HCCL_SIM_MAX_RANKS];
     if (!net->even) {
         /* Uneven servers: their lowest ranks reduce the whole, then broadcast it at home. */
         for (uint32_t t = 0; t < net->nservers; t++)
@@ -589,9 +611,8 @@ int hccl_net_run(op_task_t *op)
                           "aborted)", hccl_cmd_name(op->type), comm->rank, comm->name);
     if (hccl_comm_broken(comm) != HCCL_SUCCESS)
         return hccl_error(HCCL_E_REMOTE, "'%s' failed earlier: %s", comm->name, hccl_abort_text(comm->header));
-    staging_t st = {net, 0, {0}};
+    staging_t st = {net, 0};
     int err = dispatch(op, &st);
-    unstage(&st);
     if (err != HCCL_SUCCESS) {
         char why[ABORT_WHY_BYTES];
         snprintf(why, sizeof why, "%s", sim_error_text());
