@@ -416,7 +416,8 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
         # the ranks to fetch it would only end in that error.
         limit = min(timeout, _environment.connect_timeout())
         try:
-            server = RendezvousServer(host, port, world_size, token, info.to_bytes(), limit)
+            server = RendezvousServer(host, port, world_size, token, info.to_bytes(), limit,
+                                      ranks_per_node=_ranks_per_node(env, launch, world_size))
             try:
                 if store is not None:
                     store.set(key, f"{server.address[1]} {token.hex()}")
@@ -441,6 +442,16 @@ def _init_tcp(launch: LaunchInfo, rank: int, world_size: int, dev: Device, confi
         token_or_reader = lambda: _jobsecret.read(key)  # noqa: E731 - read once rank 0 is reached
     payload = fetch_root_info(host, port, rank, world_size, token_or_reader, timeout)
     return Communicator(world_size, RootInfo(payload), rank, config=config, device=dev)
+
+
+def _ranks_per_node(env: Mapping[str, str], launch: LaunchInfo, world_size: int) -> int:
+    """The ranks of a node when the launcher numbers them node by node, each node's ``LOCAL_WORLD_SIZE``
+    ranks after the previous node's (torchrun, ``hcclpy run`` with ``GROUP_WORLD_SIZE`` nodes), so that
+    a rendezvous a node never joins names it; else 0."""
+    nodes = _int_env(env, "GROUP_WORLD_SIZE")
+    if launch.launcher != "torchrun" or nodes is None or nodes < 2:
+        return 0
+    return launch.local_world_size if launch.local_world_size * nodes == world_size else 0
 
 
 _rendezvous_number = itertools.count()  # this process's rendezvous through torchrun's store, for their keys

@@ -50,6 +50,7 @@ HEADER = struct.Struct("!8sHHI")
 HELLO_BODY = struct.Struct("!32sII")
 MAX_PAYLOAD = 64 * 1024
 IO_TIMEOUT = 10.0
+FAREWELL = 2.0  # seconds close() gives the served ranks' threads to send the rendezvous's end
 MAX_REFUSALS = 16  # refusals a server keeps the details of: a flood of strays must not grow it without bound
 
 
@@ -148,19 +149,24 @@ class RendezvousServer:
         raises :class:`RendezvousError`).
     errors
         Connections that failed (a client that vanished or stalled, ``accept`` errors).
+
+    ``ranks_per_node`` (a launcher that numbers the ranks node by node, ``ranks_per_node`` a node,
+    as torchrun and ``hcclpy run`` do) lets its reports name the nodes the missing ranks are on.
     """
 
     def __init__(self, host: str, port: int, world_size: int, token: bytes, payload: bytes,
-                 timeout: float = 300.0) -> None:
+                 timeout: float = 300.0, *, ranks_per_node: int = 0) -> None:
         self._host = host
         self._timeout = timeout
         self._world_size = world_size
+        self._ranks_per_node = ranks_per_node
         self._token = token
         self._payload = payload
         self._deadline = time.monotonic() + timeout
         self._served: Dict[int, str] = {}
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._followers: List[threading.Thread] = []  # the threads that tell served ranks the news
         self.errors: List[str] = []
         self.refusals: List[Refusal] = []  # the first MAX_REFUSALS, in order
         self.refused = 0  # how many HELLOs were refused in all
@@ -213,6 +219,8 @@ class RendezvousServer:
                     reply_kind, reply = ERROR, f"malformed request: {exc}".encode()
                 _send_message(conn, reply_kind, reply)
                 if reply_kind == OK:
+                    with self._lock:
+                        self._followers.append(threading.current_thread())
                     self._follow(conn)
         except (OSError, ConnectionError) as exc:  # a client that vanished or stalled
             self.errors.append(f"{peer}: {exc}")
@@ -278,13 +286,40 @@ class RendezvousServer:
         silent = [rank for rank in missing if rank not in refused]
         if silent:
             text = f"rank(s) {silent} did not reach the rendezvous on {where} within {self._timeout:g} s"
+            text += "".join(f"; {node}" for node in self._nodes(silent))
         else:
             text = f"rank(s) {missing} did not join the rendezvous on {where} within {self._timeout:g} s"
+        # The ranks of a node refused for one reason (a wrong token, say) are said once.
+        alike: Dict[Tuple[str, str], List[int]] = {}
         for refusal in self.refusals:
-            text += f"; it refused rank {refusal.rank} (from {refusal.peer}): {refusal.reason}"
+            alike.setdefault((refusal.peer, refusal.reason), []).append(refusal.rank)
+        for (peer, reason), ranks in alike.items():
+            ranks = sorted(set(ranks))
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+            text += f"; it refused {who} (from {peer}): {reason}"
         if self.refused > len(self.refusals):
             text += f"; it refused {self.refused - len(self.refusals)} more"
         return text
+
+    def _nodes(self, silent: List[int]) -> List[str]:
+        """What the nodes of ``silent`` ranks (never heard from) miss, when the launcher numbers
+        the ranks node by node: a node none of whose ranks came is named with the launcher's
+        option that starts it."""
+        per_node = self._ranks_per_node
+        if per_node <= 0 or self._world_size % per_node or self._world_size == per_node:
+            return []
+        nodes = self._world_size // per_node
+        said = []
+        for node in sorted({rank // per_node for rank in silent}):
+            first, last = node * per_node, (node + 1) * per_node - 1
+            own = f"ranks {first}-{last}" if last > first else f"rank {first}"
+            absent = [rank for rank in silent if first <= rank <= last]
+            if len(absent) == per_node:
+                said.append(f"node {node} of {nodes} ({own}) never joined: is its launcher running, with "
+                            f"--node-rank {node}, --nnodes {nodes} and the same --master-addr and --master-port?")
+            else:
+                said.append(f"node {node} of {nodes} ({own}) lacks rank(s) {absent}")
+        return said
 
     @property
     def finished(self) -> bool:
@@ -292,9 +327,16 @@ class RendezvousServer:
         return self._done.is_set()
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving, once the ranks served were told how the rendezvous ended (for at most
+        :data:`FAREWELL` seconds): a rank 0 that gives up and exits has told them why, rather than
+        leaving them a connection that went away."""
         self._done.set()
-        self._thread.join(timeout=2.0)
+        end = time.monotonic() + FAREWELL
+        self._thread.join(timeout=FAREWELL)
+        with self._lock:
+            followers = list(self._followers)
+        for follower in followers:
+            follower.join(timeout=max(0.0, end - time.monotonic()))
 
 
 def fetch_root_info(host: str, port: int, rank: int, world_size: int,

@@ -220,12 +220,19 @@ def _child_main(fn: Callable[..., Any], rank: int, size: int, info: bytes, args:
     sys.stderr.flush()
 
 
+# What the fork server imports too when the test session has imported torch (its torch tests
+# were collected): torch, torch.distributed, the backend, and torch._dynamo, which DDP's
+# constructor imports (seconds of CPU a rank, paid once instead).
+TORCH_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "hcclpy.torch"]
+
+
 def _process_context() -> Any:
     """Ranks are forked from a fork server that has imported NumPy and hcclpy (which loads no
-    library until asked): a process that has not touched the runtime, as a spawned one, for a
-    fraction of an interpreter's start."""
+    library until asked), and torch when this session uses it: a process that has not touched the
+    runtime, as a spawned one, for a fraction of an interpreter's start. The fork server starts
+    with the first run, after pytest collected (imported) every test module."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["numpy", "hcclpy", "ranks"])
+    context.set_forkserver_preload(["numpy", "hcclpy", "ranks"] + (TORCH_PRELOAD if "torch" in sys.modules else []))
     return context
 
 

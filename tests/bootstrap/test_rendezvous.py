@@ -18,7 +18,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Sequence
 
 import pytest
 
@@ -245,6 +245,44 @@ def test_refusals_are_recorded_for_rank_0(servers: List[RendezvousServer], monke
     assert fetch(server, 2, 3) == PAYLOAD
 
 
+def _incomplete(world_size: int, ranks_per_node: int, joining: Sequence[int], refused: Sequence[int] = ()) -> str:
+    """Rank 0's report of a rendezvous that ``joining`` ranks joined and ``refused`` were refused
+    (wrong token), once its timeout passed."""
+    server = RendezvousServer(HOST, 0, world_size, TOKEN, PAYLOAD, 1.0 if joining or refused else 0.3,
+                              ranks_per_node=ranks_per_node)
+    try:
+        for rank in joining:
+            assert fetch(server, rank, world_size) == PAYLOAD
+        for rank in refused:
+            with pytest.raises(RendezvousError):
+                fetch(server, rank, world_size, token=hashlib.sha256(b"another job").digest())
+        missing = server.wait(5.0)
+        assert server.finished
+        return server.incomplete(missing)
+    finally:
+        server.close()
+
+
+def test_a_node_that_never_came_is_named() -> None:
+    # Ranks numbered node by node (torchrun, hcclpy run): the report names the nodes.
+    text = _incomplete(6, 2, [1, 3])
+    assert text.startswith("rank(s) [2, 4, 5] did not reach the rendezvous on 127.0.0.1:"), text
+    assert text.endswith("; node 1 of 3 (ranks 2-3) lacks rank(s) [2]; node 2 of 3 (ranks 4-5) never joined: is its "
+                         "launcher running, with --node-rank 2, --nnodes 3 and the same --master-addr and "
+                         "--master-port?"), text
+    assert _incomplete(2, 1, []).endswith("; node 1 of 2 (rank 1) never joined: is its launcher running, with "
+                                          "--node-rank 1, --nnodes 2 and the same --master-addr and --master-port?")
+    # Without a layout, or one that does not divide the ranks: ranks only.
+    assert "node" not in _incomplete(4, 0, [1]) and "node" not in _incomplete(4, 3, [1])
+
+
+def test_ranks_refused_for_one_reason_are_said_once() -> None:
+    text = _incomplete(4, 2, [1], refused=[3, 2])
+    assert text.startswith("rank(s) [2, 3] did not join the rendezvous"), text
+    assert "never joined" not in text and text.count("wrong job token") == 1, text
+    assert "; it refused ranks 2, 3 (from 127.0.0.1): wrong job token" in text, text
+
+
 @pytest.mark.parametrize("rank", [0, 4, 7, 2**32 - 1])
 def test_rank_out_of_range_is_refused(servers: List[RendezvousServer], rank: int) -> None:
     server = serve(servers, 4)
@@ -362,6 +400,32 @@ def test_server_survives_running_out_of_file_descriptors() -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+def test_a_rank_0_that_gives_up_and_exits_tells_the_ranks_it_served_why() -> None:
+    # Rank 0 (a child process) gives up when its timeout passes, closes the server and exits at
+    # once, as hcclpy.init's rank 0 does by raising. The rank it served hears why, not that the
+    # connection went away: close() lets the server's threads tell it first (before, it mostly
+    # heard "went away", as it still does with rv.FAREWELL = 0).
+    port = free_port(HOST)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        from hcclpy.rendezvous import RendezvousServer
+        server = RendezvousServer({HOST!r}, {port}, 3, {TOKEN!r}, {PAYLOAD!r}, 3.0, ranks_per_node=1)
+        print("ready", flush=True)
+        server.wait(10.0)
+        server.close()
+        os._exit(1)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with pytest.raises(CommTimeoutError) as info:
+            fetch_root_info(HOST, port, 1, 3, TOKEN, 10.0)
+    finally:
+        child.kill()
+        child.wait()
+    assert str(info.value).startswith(f"rank(s) [2] did not reach the rendezvous on {HOST}:{port} within 3 s; "
+                                      "node 2 of 3 (rank 2) never joined"), info.value
 
 
 # ------------------------------------------------------------------------------- binding

@@ -10,19 +10,21 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
 import ranks
 
 from hcclpy.cli import main
-from hcclpy.cli.run import FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, rank_environment, rendezvous_port
+from hcclpy.cli.run import (FOREIGN_RANK_VARIABLES, LAUNCHER, RankSpec, free_port, next_port, rank_environment,
+                            rendezvous_port)
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # seconds any launcher may take; the tests expect far less
@@ -685,27 +687,103 @@ def test_writer_outside_the_ranks_group_does_not_hold_the_launcher(tmp_path):
 
 # ------------------------------------------------------------------------- with hcclpy itself
 
-def test_two_simulated_nodes_form_one_world():
-    """Two launchers on one machine, each a 'node' of 2 ranks (HCCLPY_SIM_NODE tells the
-    simulator they are different hosts, so both may use devices 0 and 1)."""
-    port = str(free_port())
-    nodes = [start_run("-n", "2", "--nnodes", "2", "--node-rank", str(node), "--master-port", port, "--timeout",
-                       str(TIMEOUT), str(REPO / "examples" / "allreduce.py"),
-                       env={**os.environ, "HCCLPY_SIM_NODE": f"node{node}",
-                            "HCCLPY_RENDEZVOUS_TOKEN": "the job's secret"}) for node in (0, 1)]
-    outputs = []
+EVERY_OPERATION = REPO / "tests" / "cli" / "every_operation.py"
+
+
+def start_node(node: int, port: int, token: str, *args: str, connect_timeout: str = "") -> subprocess.Popen:
+    """``hcclpy run -n 2 --nnodes 2 --node-rank NODE --master-port PORT ARGS`` on this machine, with
+    ``token`` for the job's secret (HCCLPY_RENDEZVOUS_TOKEN) and without HCCLPY_SIM_SERVER: the node
+    ranks alone make the simulated servers."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HCCLPY_SIM_SERVER", "HCCLPY_SIM_NODE", "HCCLPY_RENDEZVOUS_PORT")}
+    if connect_timeout:
+        env["HCCL_CONNECT_TIMEOUT"] = connect_timeout
+    return start_run("-n", "2", "--nnodes", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1",
+                     "--master-port", str(port), "--timeout", str(TIMEOUT), *args,
+                     env={**env, "HCCLPY_RENDEZVOUS_TOKEN": token})
+
+
+def outcomes(nodes: Sequence[subprocess.Popen]) -> List[Tuple[int, str, str]]:
+    """Each launcher's exit code, stdout and stderr once it ended (all are killed on the way out)."""
     try:
-        for launcher in nodes:
-            outputs.append(launcher.communicate(timeout=TIMEOUT + 30))
+        output = [launcher.communicate(timeout=TIMEOUT + 30) for launcher in nodes]
+        return [(launcher.returncode, stdout, stderr) for launcher, (stdout, stderr) in zip(nodes, output)]
     finally:
         for launcher in nodes:
             launcher.kill()
-    for node, (launcher, (stdout, stderr)) in enumerate(zip(nodes, outputs)):
-        assert launcher.returncode == 0, f"node {node}:\n{stdout}\n{stderr}"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_every_operation_on_one_node_and_across_two(nodes):
+    """Every kind of operation, on device buffers and NumPy arrays, against NumPy (every_operation.py).
+
+    Two launchers make two simulated servers by their node ranks alone, and the results show it:
+    ranks 0 and 2 (1 and 3) are both on device 0 (1), which one server refuses, and a float32 sum
+    comes out as HCCL's hierarchical all-reduce adds on servers {0, 1} and {2, 3} (0), not in rank
+    order as on one server (1, the job of one node of 4 ranks)."""
+    if nodes == 1:
+        result = hcclpy_run("-n", "4", str(EVERY_OPERATION))
+        runs = [(result.returncode, result.stdout, result.stderr)]
+    else:
+        port = free_port()
+        runs = outcomes([start_node(node, port, "the job's secret", str(EVERY_OPERATION)) for node in (0, 1)])
+    order = 1 if nodes == 1 else 0
+    for node, (code, stdout, stderr) in enumerate(runs):
+        assert code == 0, f"node {node}:\n{stdout}\n{stderr}"
         lines = by_rank(stdout)
-        assert sorted(lines) == [2 * node, 2 * node + 1]
+        local = 4 // nodes
+        assert sorted(lines) == list(range(local * node, local * (node + 1)))
         for rank, text in lines.items():
-            assert text == [f"rank {rank} of 4: [0.0, 4.0, 8.0, 12.0] OK"]
+            assert text == [f"rank {rank} of 4: device and NumPy operations OK, sum order {order}"], text
+
+
+def errors_of(stderr: str, ranks: Sequence[int], error: str) -> List[str]:
+    """The ``error`` lines (``module.Class: text``) that ranks ``ranks`` printed, without their prefix.
+    A launcher stops a node's other ranks once one fails: at least one printed it."""
+    said = [line.split("] ", 1)[1] for line in stderr.splitlines()
+            if any(line.startswith(f"[{rank}] {error}: ") for rank in ranks)]
+    assert said, stderr
+    return said
+
+
+def test_a_node_that_never_joins_is_named(tmp_path):
+    # Node 1 is never started: within HCCL_CONNECT_TIMEOUT, node 0's ranks fail naming its ranks,
+    # the node and how it is started.
+    path = script(tmp_path, "import hcclpy\nhcclpy.init()\nprint('joined')\n")
+    [(code, stdout, stderr)] = outcomes([start_node(0, free_port(), "the job's secret", path, connect_timeout="2")])
+    assert code == 1 and "joined" not in stdout, stderr
+    # (Rank 1, on a loaded machine, may start too late for rank 0's 2 s: then it is named too.)
+    for said in errors_of(stderr, (0, 1), "hcclpy.errors.CommTimeoutError"):
+        assert re.fullmatch(r"hcclpy\.errors\.CommTimeoutError: rank\(s\) \[(1, )?2, 3\] did not reach the rendezvous "
+                            r"on 127\.0\.0\.1:\d+ within 2 s; (node 0 of 2 \(ranks 0-1\) lacks rank\(s\) \[1\]; )?"
+                            r"node 1 of 2 \(ranks 2-3\) never joined: is its launcher running, with --node-rank 1, "
+                            r"--nnodes 2 and the same --master-addr and --master-port\?", said), said
+
+
+def test_a_node_with_another_job_token_is_refused(tmp_path):
+    # The rendezvous admits only the job's members: node 1 has another secret. Its ranks are told
+    # so and fail at once; node 0's say, at HCCL_CONNECT_TIMEOUT, that it refused them, and why.
+    path = script(tmp_path, "import hcclpy\nhcclpy.init()\nprint('joined')\n")
+    port = free_port()
+    with socket.create_server(("127.0.0.1", next_port(port))) as rendezvous:  # where rank 0 will listen
+        node1 = start_node(1, port, "another secret", path, connect_timeout="2")
+        try:
+            # Node 0 starts once node 1's ranks knock (they retry meanwhile): its 2 s run after they came.
+            rendezvous.settimeout(TIMEOUT)
+            rendezvous.accept()[0].close()
+        except BaseException:
+            node1.kill()
+            raise
+    node0 = start_node(0, port, "the job's secret", path, connect_timeout="2")
+    (code0, stdout0, stderr0), (code1, stdout1, stderr1) = outcomes([node0, node1])
+    assert code0 == code1 == 1 and "joined" not in stdout0 + stdout1, stderr0 + stderr1
+    for said in errors_of(stderr1, (2, 3), "hcclpy.rendezvous.RendezvousError"):
+        assert re.match(r"hcclpy\.rendezvous\.RendezvousError: rank 0's rendezvous at 127\.0\.0\.1:\d+ refused "
+                        r"rank [23]: wrong job token", said), said
+    # Node 1's launcher may stop its second rank before it asked: one refusal at least.
+    for said in errors_of(stderr0, (0, 1), "hcclpy.errors.CommTimeoutError"):
+        assert re.match(r"hcclpy\.errors\.CommTimeoutError: rank\(s\) \[[123, ]+\] did not .*; it refused "
+                        r"(rank 2|rank 3|ranks 2, 3) \(from 127\.0\.0\.1\): wrong job token", said), said
 
 
 STUCK_IN_A_COLLECTIVE = """
