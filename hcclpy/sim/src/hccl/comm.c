@@ -401,6 +401,27 @@ static int parse_config(const HcclCommConfig *config, const char *api, parsed_co
 
 /* -------------------------------------------------------------- lifecycle */
 
+/* A communicator's name: the one its config chose, else one made from its root info's token. */
+static void name_of(const char *chosen, const uint8_t token[16], char *out, size_t len)
+{
+    if (chosen[0] != '\0') {
+        snprintf(out, len, "%s", chosen);
+        return;
+    }
+    snprintf(out, len, "hcclpy_sim_");
+    for (int i = 0; i < 8 && strlen(out) + 2 < len; i++)
+        snprintf(out + strlen(out), 3, "%02x", token[i]);
+}
+
+int hccl_config_name(const HcclCommConfig *config, const uint8_t token[16], const char *api, char *out, size_t len)
+{
+    parsed_config_t parsed;
+    int err = parse_config(config, api, &parsed);
+    if (err == HCCL_SUCCESS)
+        name_of(parsed.name, token, out, len);
+    return err;
+}
+
 /* The HCCL_ALGO setting of a config: its hcclAlgo, else HCCL_ALGO, else "". */
 static void algo_of(const parsed_config_t *parsed, char *out, size_t len)
 {
@@ -1085,14 +1106,7 @@ int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire
         return err;
     }
     comm->oversubscribed = cores_oversubscribed(local_ranks);
-    const char *chosen = comm_slot(comm, 0)->name;
-    if (chosen[0] != '\0') {
-        snprintf(comm->name, sizeof comm->name, "%s", chosen);
-    } else {
-        snprintf(comm->name, sizeof comm->name, "hcclpy_sim_");
-        for (int i = 0; i < 8; i++)
-            snprintf(comm->name + strlen(comm->name), 3, "%02x", wire->token[i]);
-    }
+    name_of(comm_slot(comm, 0)->name, wire->token, comm->name, sizeof comm->name);
     /* The name is taken once there is a handle for a lookup by name to find. */
     comm->handle = sim_handle_new(SIM_KIND_COMM, comm);
     err = comm->handle == NULL ? hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api) : name_take(api, comm);
@@ -1141,13 +1155,7 @@ int hccl_comm_new_spanning(const char *api, uint32_t nranks, uint32_t rank, int 
     comm->header->nranks = nranks;
     memcpy(comm->header->token, token, 16);
     apply_config(comm, &parsed);
-    if (parsed.name[0] != '\0') {
-        snprintf(comm->name, sizeof comm->name, "%s", parsed.name);
-    } else {
-        snprintf(comm->name, sizeof comm->name, "hcclpy_sim_");
-        for (int i = 0; i < 8; i++)
-            snprintf(comm->name + strlen(comm->name), 3, "%02x", token[i]);
-    }
+    name_of(parsed.name, token, comm->name, sizeof comm->name);
     comm->handle = sim_handle_new(SIM_KIND_COMM, comm);
     err = comm->handle == NULL ? hccl_error(HCCL_E_MEMORY, "%s: too many live handles", api) : name_take(api, comm);
     if (err != HCCL_SUCCESS) {

@@ -287,6 +287,8 @@ int hccl_get_root_info(rootinfo_wire_t *wire);
  * process's), as HcclCommInitRootInfoConfig does. */
 int hccl_comm_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire, uint32_t rank,
                    const HcclCommConfig *config, uint64_t join_kind, int device, const char *node, HcclComm *out);
+/* The name a communicator created with `config` from a root info with `token` has. */
+int hccl_config_name(const HcclCommConfig *config, const uint8_t token[16], const char *api, char *out, size_t len);
 /* The HCCL_ALGO setting a communicator created with `config` has: its hcclAlgo, else HCCL_ALGO. */
 int hccl_config_algo(const HcclCommConfig *config, const char *api, char *out, size_t len);
 /* The communicator object of a rank of a communicator that spans servers (net.c); it owns `net`

@@ -783,21 +783,19 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     if (err == HCCL_SUCCESS) {
         /* Named after the spanning communicator and the server, for messages. */
         HcclCommConfig named;
-        if (config != NULL)
-            named = *config;
-        else
-            HcclCommConfigInit(&named);
-        char whole[HCCL_SIM_NAME_BYTES];
-        if (config != NULL && config->hcclCommName[0] != '\0') {
-            snprintf(whole, sizeof whole, "%.*s", (int)sizeof config->hcclCommName, config->hcclCommName);
-        } else {
-            snprintf(whole, sizeof whole, "hcclpy_sim_");
-            for (int i = 0; i < 8; i++)
-                snprintf(whole + strlen(whole), 3, "%02x", wire->token[i]);
+        HcclCommConfigInit(&named);
+        if (config != NULL) {
+            /* As much as the caller's version of the struct holds (its first word is its size). */
+            uint64_t size;
+            memcpy(&size, config, sizeof size);
+            memcpy(&named, config, (size_t)SIM_MIN(size, sizeof named));
         }
+        char whole[HCCL_SIM_NAME_BYTES];
+        err = hccl_config_name(config, wire->token, api, whole, sizeof whole);
         snprintf(named.hcclCommName, sizeof named.hcclCommName, "%.60s@%.60s", whole, mine);
-        err = hccl_comm_init(api, net->server_size[net->server], &local_wire, net->local_rank_of[rank], &named,
-                             HCCL_SIM_JOIN_ROOT_INFO, device, mine, &net->local_handle);
+        if (err == HCCL_SUCCESS)
+            err = hccl_comm_init(api, net->server_size[net->server], &local_wire, net->local_rank_of[rank], &named,
+                                 HCCL_SIM_JOIN_ROOT_INFO, device, mine, &net->local_handle);
         if (err == HCCL_SUCCESS)
             net->local = hccl_comm_lookup(net->local_handle, api, &err);
     }
