@@ -139,3 +139,43 @@ def test_another_process_waits_for_an_exported_event() -> None:
         hcclpy.Event.ipc_open(handle)
     event.close()
     stream.close()
+
+
+def _share_and_reduce(rank: int, size: int, info: bytes, folder: str) -> List[float]:
+    # Rank 0 exports an array; the other ranks import it and all_reduce their values into it, as
+    # their recv buffer; rank 0 then sees the sum in its own array.
+    comm = hcclpy.Communicator(size, info, rank, device=rank)
+    path = os.path.join(folder, "handle")
+    try:
+        if rank == 0:
+            mine = hcclpy.zeros(4, "float32", device=0)
+            with open(path + ".tmp", "wb") as out:
+                pickle.dump(mine.ipc_export(), out)
+            os.replace(path + ".tmp", path)
+        else:
+            assert ranks.wait_for(lambda: os.path.exists(path), 30)
+            with open(path, "rb") as handle_file:
+                handle = pickle.load(handle_file)
+        comm.barrier()
+        if rank == 0:
+            comm.all_reduce(hcclpy.from_numpy(np.full(4, 1.0, np.float32), device=0), mine, op="sum")
+            comm.barrier()  # the importers' copies back are done once they pass it
+            comm.barrier()
+            result = mine.to_numpy().tolist()
+            comm.barrier()  # the importers let go before the exporter frees
+            mine.close()
+            return result
+        shared = hcclpy.DeviceArray.ipc_import(handle, device=rank)
+        comm.all_reduce(hcclpy.from_numpy(np.full(4, rank + 1.0, np.float32), device=rank), shared, op="sum")
+        comm.barrier()
+        result = shared.to_numpy().tolist()
+        comm.barrier()
+        shared.close()
+        comm.barrier()
+        return result
+    finally:
+        comm.destroy()
+
+
+def test_ranks_all_reduce_into_memory_another_rank_exported(tmp_path: Any) -> None:
+    assert ranks.run_processes(_share_and_reduce, 3, str(tmp_path)) == [[6.0] * 4] * 3

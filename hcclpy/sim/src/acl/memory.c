@@ -379,9 +379,8 @@ int sim_device_range(int device, const void *ptr, uint64_t bytes, uint64_t *offs
         if (other >= 0)
             snprintf(why, why_len, "%p is memory of device %d, not of device %d", ptr, other, device);
         else if (sim_ipc_imported(ptr, &ignored) >= 0)
-            snprintf(why, why_len, "%p is memory imported from another process (aclrtIpcMemImportByKey), which "
-                     "copies and memsets take but HCCL operations do not: they take this process's own device "
-                     "memory", ptr);
+            snprintf(why, why_len, "%p is memory imported from another process (aclrtIpcMemImportByKey), not this "
+                     "process's own device memory", ptr);
         else
             snprintf(why, why_len, "%p is not device memory from aclrtMalloc", ptr);
         return 1;

@@ -82,9 +82,6 @@ void sim_capture_stream_destroyed(sim_stream_t *stream);
 void sim_capture_after_fork(void);
 
 /* ipc.c */
-/* The device of memory imported from another process that holds `ptr` (and the bytes left in
- * it), or -1. */
-int sim_ipc_imported(const void *ptr, uint64_t *room);
 /* Before the allocation of `size` bytes at `ptr` is freed: refuses while a live process imports
  * memory of it, else closes its keys. */
 int sim_ipc_before_free(const void *ptr, uint64_t size);

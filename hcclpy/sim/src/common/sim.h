@@ -155,6 +155,10 @@ SIM_EXPORT int sim_arena_alloc_block(int device, uint64_t bytes, const char *api
                                      sim_arena_loc_t *loc) SIM_LINK_NAME(sim_arena_alloc_block);
 SIM_EXPORT void sim_arena_free_block(int device, uint64_t offset) SIM_LINK_NAME(sim_arena_free_block);
 
+/* The device of memory imported from another process (aclrtIpcMemImportByKey) that holds `ptr`,
+ * and the bytes left in it from there (`room`, may be NULL); -1 when `ptr` is not such memory. */
+SIM_EXPORT int sim_ipc_imported(const void *ptr, uint64_t *room) SIM_LINK_NAME(sim_ipc_imported);
+
 SIM_EXPORT int sim_device_physical(int device) SIM_LINK_NAME(sim_device_physical);
 SIM_EXPORT int sim_current_device(int *device) SIM_LINK_NAME(sim_current_device);
 

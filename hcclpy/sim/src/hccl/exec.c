@@ -756,9 +756,52 @@ static int step(op_task_t *op)
     return hccl_cmd_is_collective(op->type) ? step_collective(op) : step_p2p(op);
 }
 
+/* Runs the operation on copies of the imported buffers it was given (hccl_shadow_t): made in this
+ * rank's device memory, where the other ranks reach them, when the operation starts. */
+static int attach_shadows(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    for (uint32_t i = 0; i < op->shadow_count; i++) {
+        hccl_shadow_t *sh = &op->shadow[i];
+        if (sh->copy != NULL)
+            continue;
+        sim_arena_loc_t loc;
+        char *base = NULL;
+        if (sim_arena_alloc_block(comm->device, SIM_MAX(sh->bytes, 1), "HCCL", &sh->copy_offset, &loc) != 0 ||
+            sim_device_arena(comm->device, &loc, &base) != 0)
+            return hccl_error(HCCL_E_MEMORY, "copying %llu bytes of imported memory into device %d's own memory "
+                              "for %s: %s", (unsigned long long)sh->bytes, comm->device, hccl_cmd_name(op->type),
+                              sim_error_text());
+        sh->copy = base + sh->copy_offset;
+        sim_copy(sh->copy, sh->user, sh->bytes, false);
+        if (op->send == sh->user)
+            op->send = sh->copy, op->send_offset = sh->copy_offset;
+        if (op->recv == sh->user)
+            op->recv = sh->copy, op->recv_offset = sh->copy_offset;
+    }
+    return HCCL_SUCCESS;
+}
+
+/* Copies an operation's results back into the imported buffers it wrote (`done`), and gives the
+ * copies back. */
+static void detach_shadows(op_task_t *op, bool done)
+{
+    for (uint32_t i = 0; i < op->shadow_count; i++) {
+        hccl_shadow_t *sh = &op->shadow[i];
+        if (sh->copy == NULL)
+            continue;
+        bool written = op->recv == sh->copy || op->type == HCCL_CMD_BROADCAST;
+        if (done && written)
+            sim_copy(sh->user, sh->copy, sh->bytes, false);
+        sim_arena_free_block(op->comm->device, sh->copy_offset);
+        sh->copy = NULL;
+    }
+}
+
 static void finish(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
+    detach_shadows(op, true);
     atomic_store_explicit(&comm->lseq_done, op->lseq, memory_order_release);
     atomic_fetch_sub(&comm->pending, 1);
     hccl_wake(comm);
@@ -817,6 +860,7 @@ static int fail(op_task_t *op, int code)
     hccl_comm_t *comm = op->comm;
     char text[1024];
     snprintf(text, sizeof text, "%s", sim_error_text());
+    detach_shadows(op, false);
     uint32_t expected = HCCL_SUCCESS;
     if (atomic_compare_exchange_strong(&comm->async_error, &expected, (uint32_t)code))
         snprintf(comm->async_text, sizeof comm->async_text, "%s", text);
@@ -993,6 +1037,11 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
 int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns)
 {
     op_task_t *op = (op_task_t *)task;
+    if (op->shadow_count > 0) {
+        int err = attach_shadows(op);
+        if (err != HCCL_SUCCESS)
+            return fail(op, err);
+    }
     if (op->comm->net != NULL) {
         /* Spanning servers: in the communicator's order as any other; run by the communicator's
          * network thread while this one waits, as long as its caller lets it. */

@@ -355,6 +355,18 @@ bool hccl_cmd_reduces(uint32_t type);
 
 typedef struct op_task op_task_t;
 
+/* A buffer of memory imported from another process (aclrtIpcMemImportByKey), which the other ranks
+ * cannot reach through this rank's device arena: the operation runs on a copy of it in this rank's
+ * device memory, made when the operation starts and copied back when it ends (exec.c). */
+typedef struct {
+    void *user;             /* the imported address the caller passed */
+    uint64_t bytes;
+    void *copy;             /* NULL until the operation starts */
+    uint64_t copy_offset;   /* in this rank's arena */
+} hccl_shadow_t;
+
+#define HCCL_SHADOWS 2
+
 struct op_task {
     sim_task_t base;
     hccl_comm_t *comm;
@@ -385,6 +397,8 @@ struct op_task {
     uint64_t *item_seq;
     uint8_t *item_state;
     op_desc_t call;         /* the call on a communicator across servers this is a step of (seq 0: none) */
+    hccl_shadow_t shadow[HCCL_SHADOWS];
+    uint32_t shadow_count;
     /* across servers (net.c): run by the communicator's network thread */
     struct op_task *net_next;
     _Atomic uint32_t net_done;

@@ -103,6 +103,8 @@ static int replay_op(const sim_task_t *task, sim_stream_t *stream)
     op->op = src->op, op->root = src->root, op->peer = src->peer;
     op->vector_count = src->vector_count;
     op->item_count = src->item_count;
+    memcpy(op->shadow, src->shadow, sizeof src->shadow); /* never attached: the capture does not run */
+    op->shadow_count = src->shadow_count;
     uint32_t items = src->item_count ? src->item_count : 1;
     if (src->vectors != NULL && (op->vectors = malloc((size_t)(src->vector_count ? src->vector_count : 1) *
                                                       sizeof *op->vectors)) != NULL)
@@ -145,6 +147,8 @@ typedef struct {
     hccl_comm_t *comm;
     sim_stream_t *stream;
     void *stream_handle;
+    hccl_shadow_t shadow[HCCL_SHADOWS]; /* imported buffers (check_buffer) */
+    uint32_t shadow_count;
 } call_t;
 
 /* An entry point's call_t holds the reference hccl_comm_lookup took (a concurrent
@@ -234,7 +238,33 @@ static int check_rank(const call_t *call, const char *what, uint32_t rank)
 }
 
 /* A buffer of `count` elements on the communicator's device. */
-static int check_buffer(const call_t *call, const char *what, const void *ptr, uint64_t count, HcclDataType dtype,
+/* Memory imported from another process: the operation will run on a copy of it (hccl_shadow_t),
+ * at `*offset` = UINT64_MAX until then. */
+static bool take_imported(call_t *call, const void *ptr, uint64_t bytes, uint64_t *offset, char *why, size_t len)
+{
+    uint64_t room = 0;
+    if (sim_ipc_imported(ptr, &room) < 0)
+        return false;
+    if (bytes > room) {
+        snprintf(why, len, "%llu bytes at %p run %llu bytes past the end of the imported memory",
+                 (unsigned long long)bytes, ptr, (unsigned long long)(bytes - room));
+        return false;
+    }
+    for (uint32_t i = 0; i < call->shadow_count; i++) {
+        if (call->shadow[i].user == ptr) { /* in place: one copy, of the larger extent */
+            call->shadow[i].bytes = SIM_MAX(call->shadow[i].bytes, bytes);
+            *offset = UINT64_MAX;
+            return true;
+        }
+    }
+    if (call->shadow_count == HCCL_SHADOWS)
+        return false;
+    call->shadow[call->shadow_count++] = (hccl_shadow_t){(void *)ptr, bytes, NULL, 0};
+    *offset = UINT64_MAX;
+    return true;
+}
+
+static int check_buffer(call_t *call, const char *what, const void *ptr, uint64_t count, HcclDataType dtype,
                         uint64_t *offset)
 {
     if (ptr == NULL)
@@ -242,6 +272,8 @@ static int check_buffer(const call_t *call, const char *what, const void *ptr, u
     char why[256];
     uint64_t bytes = count * hccl_dtype_size(dtype);
     int problem = sim_device_range(call->comm->device, ptr, bytes, offset, why, sizeof why);
+    if (problem == 1 && take_imported(call, ptr, bytes, offset, why, sizeof why))
+        return HCCL_SUCCESS;
     if (problem == 1)
         return hccl_error(HCCL_E_PTR, "%s: %s: %s", call->api, what, why);
     if (problem == 2)
@@ -280,6 +312,8 @@ static int new_op(const call_t *call, uint32_t type, op_task_t **out)
     if (*out == NULL)
         return hccl_error(HCCL_E_MEMORY, "%s: out of host memory", call->api);
     (*out)->stream_handle = call->stream_handle;
+    memcpy((*out)->shadow, call->shadow, sizeof call->shadow);
+    (*out)->shadow_count = call->shadow_count;
     return HCCL_SUCCESS;
 }
 
@@ -553,7 +587,7 @@ static bool extent_of(const uint64_t *counts, const uint64_t *displs, uint32_t n
 
 /* A buffer addressed by a count/displacement pair; NULL is allowed when it
  * addresses nothing. */
-static int check_vbuffer(const call_t *call, const char *what, const void *ptr, const uint64_t *counts,
+static int check_vbuffer(call_t *call, const char *what, const void *ptr, const uint64_t *counts,
                          const uint64_t *displs, HcclDataType dtype, uint64_t *extent, uint64_t *offset)
 {
     if (!extent_of(counts, displs, call->comm->nranks, extent))
@@ -794,7 +828,7 @@ HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
 
 /* One send or receive, of HcclSend / HcclRecv (index UINT32_MAX) or an HcclBatchSendRecv item.  Only
  * a batch may name the calling rank itself as the peer (check_self_pairs matches those items). */
-static int check_item(const call_t *call, const HcclSendRecvItem *item, uint32_t index)
+static int check_item(call_t *call, const HcclSendRecvItem *item, uint32_t index)
 {
     char what[64];
     snprintf(what, sizeof what, "item %u buf", index);
@@ -871,6 +905,10 @@ static int check_self_pairs(const call_t *call, const HcclSendRecvItem *items, u
 
 static int point_to_point(const call_t *call, const HcclSendRecvItem *items, uint32_t count)
 {
+    if (call->shadow_count > 0)
+        return hccl_error(HCCL_E_NOT_SUPPORT, "%s: %p is memory imported from another process "
+                          "(aclrtIpcMemImportByKey): the simulator's collectives take it, its point-to-point "
+                          "operations take only this process's own device memory", call->api, call->shadow[0].user);
     op_task_t *task;
     int err = new_op(call, call->type, &task);
     if (err != HCCL_SUCCESS)
