@@ -27,10 +27,11 @@ while timed; afterwards every way runs one more batch on x = rank + 1, which mus
 it did.
 
 Target (issue 31): the replay's queue time at least 20 times lower than the Python calls'. On the
-simulator ``aclmdlRIExecuteAsync`` queues a fresh copy of every recorded task, so its cost grows
-with the operations captured (CANN's aclgraph launches the recorded model as a whole). Nothing is asserted: this is
-a benchmark, not a test. Before and after, the script prints whether the two vCPUs ran as two
-cores or as hyperthreads of one (``machine.py``).
+simulator ``aclmdlRIExecuteAsync`` makes a fresh copy of every recorded task (numbering the
+collectives) and queues them as one task of the stream, as CANN's aclgraph launches the recorded
+model as a whole; its cost still grows with the operations captured, ~50 ns each. Nothing is
+asserted: this is a benchmark, not a test. Before and after, the script prints whether the two
+vCPUs ran as two cores or as hyperthreads of one (``machine.py``).
 
     python benchmarks/graph_replay.py
     python benchmarks/graph_replay.py --calls 100 --rounds 51

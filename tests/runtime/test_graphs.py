@@ -1,11 +1,13 @@
 """Graphs (``Stream.capture``): work recorded once and replayed N times gives what running it N
 times gives, on every rank; streams joined by events; task groups updated in place; what a
 capture refuses (NumPy arrays, other streams in a global capture, groups, synchronisations) and
-what a replay refuses (a destroyed communicator); graphs hold their buffers."""
+what a replay refuses (a destroyed communicator); graphs hold their buffers; a rank that does not
+replay is named, and the replay's work after the failed collective does not run."""
 
 from __future__ import annotations
 
-from typing import Any, List
+import threading
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest
@@ -93,6 +95,45 @@ def test_every_rank_replays_its_graph_in_processes() -> None:
     size = 2
     total = size * (size + 1) // 2
     assert ranks.run_processes(_captured_all_reduce_in_processes, size) == [[k * total for k in (1, 2, 3)]] * size
+
+
+_SECOND_REPLAY_SEEN = threading.Event()
+
+
+def _rank_1_replays_once(rank: int, size: int, info: bytes) -> Dict[str, Any]:
+    """Both ranks replay a graph of an all_reduce and a host function once; then rank 0 alone
+    replays it again, while rank 1 keeps the communicator until rank 0 has seen that fail."""
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
+        stream = comm.device.create_stream()
+        x = hcclpy.from_numpy(np.ones(N, np.float32), device=rank)
+        ran: List[int] = []
+        with stream.capture(mode="thread_local") as graph:
+            comm.all_reduce(x, stream=stream)
+            stream.launch_host_func(lambda: ran.append(1))
+        try:
+            graph.replay()
+            stream.synchronize(timeout=30)
+            if rank == 1:
+                assert _SECOND_REPLAY_SEEN.wait(60), "rank 0 never saw its second replay fail"
+                return {}
+            try:
+                graph.replay()
+                with pytest.raises(hcclpy.CommTimeoutError) as failure:
+                    stream.synchronize(timeout=30)
+            finally:
+                _SECOND_REPLAY_SEEN.set()
+            return {"message": str(failure.value), "host functions": len(ran)}
+        finally:
+            graph.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_does_not_replay_is_named() -> None:
+    _SECOND_REPLAY_SEEN.clear()
+    first, _ = ranks.run_threads(_rank_1_replays_once, 2, timeout=90)
+    assert "all_reduce #2 timed out after 1 s (HCCL_EXEC_TIMEOUT / hcclExecTimeOut): waiting for rank(s) 1" in \
+        first["message"], first
+    assert first["host functions"] == 1, first  # the second replay's, after the failed all_reduce, did not run
 
 
 @pytest.fixture()

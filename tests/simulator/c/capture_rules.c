@@ -2,7 +2,8 @@
  * Stream capture's rules, from C (one process, one device): what is recorded and replayed (async
  * copies and sets, host functions, event records and waits, work forked to another stream through
  * events and joined back), the capture status, the calls refused during a capture in each mode and
- * how they invalidate it, streams that never rejoin, task groups updated in place, and the codes of
+ * how they invalidate it, streams that never rejoin, task groups updated in place, an event
+ * recorded in a model that another stream waits for while the model still runs, and the codes of
  * bad arguments and wrong orders.
  *
  * usage: capture_rules   (prints "capture_rules: N checks OK" and "RESULT: PASS", or the failures)
@@ -11,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <acl/acl.h>
 
@@ -236,6 +238,50 @@ static void task_groups(aclrtStream stream, aclrtStream updater, unsigned char *
     OK(aclmdlRIDestroy(model));
 }
 
+static atomic_int g_released;
+
+static void release(void *args)
+{
+    (void)args;
+    atomic_store(&g_released, 1);
+}
+
+/* Waits (5 s at most) for release(); counts in *args whether it came. */
+static void wait_for_release(void *args)
+{
+    for (int i = 0; i < 5000 && !atomic_load(&g_released); i++) {
+        struct timespec pause = {0, 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    atomic_fetch_add((atomic_int *)args, atomic_load(&g_released));
+}
+
+/* An event recorded in a model completes when the execution reaches it, not when the execution
+ * ends: another stream waits for it and releases the model's next task (with the whole execution
+ * waited for first, the model would wait for the other stream, and it for the model). */
+static void event_inside_an_execution(aclrtStream stream, aclrtStream side)
+{
+    aclrtEvent reached = NULL;
+    OK(aclrtCreateEventWithFlag(&reached, ACL_EVENT_SYNC));
+    atomic_int released = 0;
+    aclmdlRI model = NULL;
+    OK(aclmdlRICaptureBegin(stream, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+    OK(aclrtRecordEvent(reached, stream));
+    OK(aclrtLaunchHostFunc(stream, wait_for_release, &released));
+    OK(aclmdlRICaptureEnd(stream, &model));
+    for (int k = 1; k <= 2; k++) {
+        atomic_store(&g_released, 0);
+        OK(aclmdlRIExecuteAsync(model, stream));
+        OK(aclrtStreamWaitEvent(side, reached));
+        OK(aclrtLaunchHostFunc(side, release, NULL));
+        OK(aclrtSynchronizeStream(side)); /* (runs the execution up to the record, if nobody does) */
+        OK(aclrtSynchronizeStream(stream));
+        EXPECT(atomic_load(&released) == k, "execution %d: its host function saw the other stream's", k);
+    }
+    OK(aclmdlRIDestroy(model));
+    OK(aclrtDestroyEvent(reached));
+}
+
 int main(void)
 {
     OK(aclInit(NULL));
@@ -251,6 +297,7 @@ int main(void)
     fork_and_join(stream, side, pinned, device);
     forbidden_calls(stream, pinned);
     task_groups(stream, side, pinned, device);
+    event_inside_an_execution(stream, side);
     OK(aclrtFree(device));
     OK(aclrtFreeHost(pinned));
     OK(aclrtDestroyStream(side));

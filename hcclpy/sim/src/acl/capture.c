@@ -8,8 +8,13 @@
  * stream that waits for an event recorded in the capture joins it: its later work is recorded
  * too, and it must rejoin (the origin waits for an event recorded on it after its last task)
  * before the capture ends.  The recorded tasks of all the streams are kept in one sequence, the
- * order they were queued in, which respects every event dependency of the capture; replaying
- * queues a fresh copy of each (task->replay) on the execution stream, in that order.
+ * order they were queued in, which respects every event dependency of the capture.  An execution
+ * (aclmdlRIExecuteAsync) makes a fresh copy of each (task->replay: event records counted, HCCL
+ * operations numbered, as their calls would be then) and queues them, in that order, as one task
+ * of the execution stream, a model run, as a device takes a model launch as one submission: the
+ * run runs each copy as the stream would run it as a task of its own (sim_stream_run_task), and
+ * stops after one where the thread would stop between two tasks (sim_stream_pause_wanted), so an
+ * event recorded in the model completes, for whoever waits for it, when the run reaches it.
  *
  * Unsafe calls (synchronous copies and sets, asynchronous copies of pageable host memory) are
  * refused while a capture forbids them to the calling thread, as the capture's mode and the
@@ -72,6 +77,17 @@ static void *ref_model(void *object)
 void sim_model_ref(sim_model_t *model)
 {
     ref_model(model);
+}
+
+/* Appends `task` to the list head .. tail (the model's tasks, an update's, an execution's copies). */
+static void append_task(sim_task_t **head, sim_task_t **tail, sim_task_t *task)
+{
+    task->next = NULL;
+    if (*tail == NULL)
+        *head = task;
+    else
+        (*tail)->next = task;
+    *tail = task;
 }
 
 static void free_tasks(sim_task_t *task)
@@ -219,12 +235,7 @@ bool sim_capture_take(sim_model_t *model, sim_stream_t *stream, sim_task_t *task
         pthread_mutex_unlock(&model->lock);
         return false;
     }
-    task->next = NULL;
-    if (model->tail == NULL)
-        model->head = task;
-    else
-        model->tail->next = task;
-    model->tail = task;
+    append_task(&model->head, &model->tail, task);
     model->count++;
     member_t *member = member_of(model, stream);
     if (member != NULL) {
@@ -422,6 +433,57 @@ SIM_EXPORT aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode *mode)
     return ACL_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- execution */
+
+/* One execution of a model: the fresh copies of its tasks, run in order as one task of the stream. */
+typedef struct {
+    sim_task_t base;
+    sim_stream_t *stream;      /* it runs on (it is one of the stream's tasks: not referenced) */
+    sim_task_t *head, *tail;   /* the copies not yet run (or cancelled), in order (tail: while made) */
+    int error;                 /* the first copy's failure */
+} model_run_t;
+
+/* Runs the copies from the first left, each to completion; one that must wait past the deadline
+ * (or after which the thread wants to stop) makes the run return SIM_TASK_AGAIN, to resume there. */
+static int run_model(sim_task_t *task, int64_t caller_deadline_ns)
+{
+    model_run_t *run = (model_run_t *)task;
+    while (run->head != NULL) {
+        sim_task_t *copy = run->head;
+        /* As the stream runs a task: cancelled once the stream has failed (by an earlier copy too),
+         * its failure the stream's. */
+        int rc = sim_stream_run_task(run->stream, copy, caller_deadline_ns);
+        if (rc == SIM_TASK_AGAIN)
+            return SIM_TASK_AGAIN;
+        if (rc != SIM_TASK_DONE && run->error == 0)
+            run->error = rc;
+        run->head = copy->next;
+        if (copy->release != NULL)
+            copy->release(copy);
+        sim_stream_progress(run->stream);
+        if (run->head != NULL && sim_stream_pause_wanted(run->stream))
+            return SIM_TASK_AGAIN;
+    }
+    return run->error == 0 ? SIM_TASK_DONE : run->error;
+}
+
+/* The stream failed before the run ended: every copy left is cancelled, as the stream cancels its
+ * tasks. */
+static void cancel_model(sim_task_t *task, int error, const char *why)
+{
+    model_run_t *run = (model_run_t *)task;
+    for (sim_task_t *copy = run->head; copy != NULL; copy = copy->next)
+        if (copy->cancel != NULL)
+            copy->cancel(copy, error, why);
+}
+
+static void release_model(sim_task_t *task)
+{
+    model_run_t *run = (model_run_t *)task;
+    free_tasks(run->head);
+    free(run);
+}
+
 SIM_EXPORT aclError aclmdlRIExecuteAsync(aclmdlRI handle, aclrtStream stream_handle)
 {
     static const char *api = "aclmdlRIExecuteAsync";
@@ -435,13 +497,35 @@ SIM_EXPORT aclError aclmdlRIExecuteAsync(aclmdlRI handle, aclrtStream stream_han
     else if (stream != NULL && sim_stream_capture(stream) != NULL)
         err = sim_error(ACL_ERROR_RT_STREAM_CAPTURED, "%s: the stream is capturing (a model is not recorded into "
                         "another)", api);
-    if (stream != NULL && err == ACL_SUCCESS) {
+    else if (stream != NULL && sim_stream_updating(stream))
+        err = sim_error(ACL_ERROR_STREAM_TASK_GROUP_STATUS, "%s: the stream is updating a task group (its tasks "
+                        "replace the group's): end the update first (aclmdlRICaptureTaskUpdateEnd)", api);
+    model_run_t *run = NULL;
+    if (stream != NULL && err == ACL_SUCCESS && (run = malloc(sizeof *run)) == NULL)
+        err = sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: out of host memory", api);
+    if (run != NULL) {
+        *run = (model_run_t){0};
+        run->base.run = run_model;
+        run->base.cancel = cancel_model;
+        run->base.release = release_model;
+        run->base.name = "model run";
+        run->stream = stream;
         /* The sequence does not change once the capture ended, but a task update may swap a task:
-         * the lock keeps each replay whole. */
+         * the lock keeps each execution whole. */
         pthread_mutex_lock(&model->lock);
-        for (sim_task_t *task = model->head; task != NULL && err == ACL_SUCCESS; task = task->next)
-            err = task->replay(task, stream);
+        for (sim_task_t *task = model->head; task != NULL && err == ACL_SUCCESS; task = task->next) {
+            sim_task_t *copy = NULL;
+            err = task->replay(task, stream, &copy);
+            if (err == ACL_SUCCESS)
+                append_task(&run->head, &run->tail, copy);
+        }
         pthread_mutex_unlock(&model->lock);
+        /* The copies made before a failure are counted and numbered already: they run, as the work
+         * queued before a call that fails would. */
+        if (run->head != NULL)
+            sim_stream_enqueue(stream, &run->base);
+        else
+            free(run);
     }
     if (stream != NULL)
         sim_stream_unref(stream);
@@ -621,12 +705,7 @@ bool sim_update_take(sim_stream_t *stream, sim_task_t *task)
     pthread_mutex_lock(&g_update_lock);
     update_t *update = find_update(stream);
     if (update != NULL) {
-        task->next = NULL;
-        if (update->tail == NULL)
-            update->head = task;
-        else
-            update->tail->next = task;
-        update->tail = task;
+        append_task(&update->head, &update->tail, task);
         update->count++;
     }
     pthread_mutex_unlock(&g_update_lock);

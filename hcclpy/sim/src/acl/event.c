@@ -326,7 +326,7 @@ static int check_sync_flag(const sim_event_t *event, bool reset, const char *api
     return ACL_SUCCESS;
 }
 
-static int replay_record(const sim_task_t *task, sim_stream_t *stream);
+static int replay_record(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy);
 
 /* The model of a capture under way that recorded `event` last, or NULL. */
 static sim_model_t *captured_by(sim_event_t *event)
@@ -337,16 +337,13 @@ static sim_model_t *captured_by(sim_event_t *event)
     return model != NULL && sim_capture_active(model) ? model : NULL;
 }
 
-static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
+/* A record (or reset) task of `event`, referencing it, not yet counted or queued. */
+static event_task_t *new_record(sim_event_t *event, bool reset)
 {
-    if (event->opened)
-        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the event was opened from another process's handle "
-                         "(aclrtIpcOpenEventHandle): it is recorded in that process, and waited for here",
-                         reset ? "aclrtResetEvent" : "aclrtRecordEvent");
     /* malloc and a zeroing assignment, not calloc: see hccl_op_new in hccl/ops.c */
     event_task_t *task = malloc(sizeof *task);
     if (task == NULL)
-        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
+        return NULL;
     *task = (event_task_t){0};
     task->base.run = run_record;
     task->base.cancel = cancel_record;
@@ -356,6 +353,38 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
     task->event = event;
     task->reset = reset;
     atomic_fetch_add(&event->refs, 1);
+    return task;
+}
+
+/* Counts a record that runs on `stream` as its next task (under the event's lock): its number,
+ * and where waiters find it. */
+static void count_record_locked(sim_event_t *event, event_task_t *task, sim_stream_t *stream)
+{
+    if (event->captured != NULL && !task->reset) { /* recorded for real again */
+        sim_model_unref(event->captured);
+        event->captured = NULL;
+    }
+    if (!task->reset) {
+        task->number = ++event->recorded;
+        if (event->page != NULL)
+            atomic_store(&event->page->recorded, task->number);
+        sim_stream_ref(stream);
+        if (event->stream != NULL)
+            sim_stream_unref(event->stream);
+        event->stream = stream;
+        event->index = sim_stream_enqueued(stream) + 1;
+    }
+}
+
+static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
+{
+    if (event->opened)
+        return sim_error(ACL_ERROR_INVALID_PARAM, "%s: the event was opened from another process's handle "
+                         "(aclrtIpcOpenEventHandle): it is recorded in that process, and waited for here",
+                         reset ? "aclrtResetEvent" : "aclrtRecordEvent");
+    event_task_t *task = new_record(event, reset);
+    if (task == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory");
     /* The lock keeps the record number, the stream index and the queue order
      * consistent when two threads record the same event. */
     pthread_mutex_lock(&event->lock);
@@ -376,20 +405,7 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
         pthread_mutex_unlock(&event->lock);
         return ACL_SUCCESS;
     }
-    if (event->captured != NULL && !reset) { /* recorded for real again */
-        sim_model_unref(event->captured);
-        event->captured = NULL;
-    }
-    if (!reset) {
-        task->number = ++event->recorded;
-        if (event->page != NULL)
-            atomic_store(&event->page->recorded, task->number);
-        sim_stream_ref(stream);
-        if (event->stream != NULL)
-            sim_stream_unref(event->stream);
-        event->stream = stream;
-        event->index = sim_stream_enqueued(stream) + 1;
-    }
+    count_record_locked(event, task, stream);
     uint64_t place = sim_stream_enqueue(stream, &task->base);
     pthread_mutex_unlock(&event->lock);
     /* On an idle stream the record runs now, as a device reaches it at once: run when the stream
@@ -399,10 +415,20 @@ static aclError record_on(sim_event_t *event, sim_stream_t *stream, bool reset)
     return ACL_SUCCESS;
 }
 
-static int replay_record(const sim_task_t *task, sim_stream_t *stream)
+/* A record in a model (capture.c): counted as the execution's, whose one task on `stream` is
+ * where the waiters look (the next task there); it completes when the execution runs it. */
+static int replay_record(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
     const event_task_t *record = (const event_task_t *)task;
-    return record_on(record->event, stream, record->reset);
+    sim_event_t *event = record->event;
+    event_task_t *fresh = new_record(event, record->reset);
+    if (fresh == NULL)
+        return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying a %s", task->name);
+    pthread_mutex_lock(&event->lock);
+    count_record_locked(event, fresh, stream);
+    pthread_mutex_unlock(&event->lock);
+    *copy = &fresh->base;
+    return ACL_SUCCESS;
 }
 
 static aclError enqueue_record(aclrtEvent handle, aclrtStream stream_handle, bool reset, const char *api)
@@ -482,13 +508,27 @@ static int wait_for_opened(sim_event_t *event, uint64_t number, int64_t deadline
     }
 }
 
+typedef struct {
+    sim_event_t *event;
+    uint64_t number;
+} record_goal_t;
+
+static bool record_ran(void *arg)
+{
+    const record_goal_t *goal = arg;
+    return atomic_load(&goal->event->completed) >= goal->number;
+}
+
 static int wait_for(sim_event_t *event, const target_t *target, int64_t deadline_ns)
 {
     if (event->opened)
         return wait_for_opened(event, target->number, deadline_ns);
     if (target->stream == NULL || atomic_load(&event->completed) >= target->number)
         return ACL_SUCCESS;
-    int rc = sim_stream_sync_to(target->stream, target->index, deadline_ns);
+    /* Until the record has run: a record of a model run runs inside its execution's one task, which
+     * stops there for this wait (the rest of the model may wait for what this thread does next). */
+    record_goal_t goal = {event, target->number};
+    int rc = sim_stream_sync_until(target->stream, target->index, deadline_ns, record_ran, &goal);
     if (atomic_load(&event->completed) >= target->number)
         return ACL_SUCCESS;
     return rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT ? SIM_TASK_AGAIN : rc;
@@ -536,9 +576,10 @@ static void release_wait(sim_task_t *task)
     free(wait);
 }
 
-static int replay_wait(const sim_task_t *task, sim_stream_t *stream);
+static int replay_wait(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy);
 
-static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
+/* A task of `stream` that waits for the newest record of `event` queued so far, not yet queued. */
+static aclError new_wait(sim_stream_t *stream, sim_event_t *event, sim_task_t **out)
 {
     sim_model_t *model = captured_by(event);
     if (model != NULL) { /* work of the capture: the stream joins it, or the origin rejoins a branch */
@@ -560,13 +601,22 @@ static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
     task->event = event;
     atomic_fetch_add(&event->refs, 1);
     task->target = snapshot(event);
-    sim_stream_enqueue(stream, &task->base);
+    *out = &task->base;
     return ACL_SUCCESS;
 }
 
-static int replay_wait(const sim_task_t *task, sim_stream_t *stream)
+static aclError wait_on(sim_stream_t *stream, sim_event_t *event)
 {
-    return wait_on(stream, ((const wait_task_t *)task)->event);
+    sim_task_t *task = NULL;
+    aclError err = new_wait(stream, event, &task);
+    if (err == ACL_SUCCESS)
+        sim_stream_enqueue(stream, task);
+    return err;
+}
+
+static int replay_wait(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
+{
+    return new_wait(stream, ((const wait_task_t *)task)->event, copy);
 }
 
 SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream_handle, aclrtEvent handle)

@@ -111,6 +111,22 @@ int sim_stream_sync_all(int device, int64_t deadline_ns);
 void sim_stream_release_device(int device);
 void *sim_stream_handle(const sim_stream_t *stream);
 void sim_stream_after_fork(void);
+/* sim_stream_sync_to that also ends, successfully, once reached(arg) holds: for a wait that a
+ * piece of a task satisfies (an event record run by a model run, which stops there for it). */
+int sim_stream_sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool (*reached)(void *arg),
+                          void *arg);
+/* Runs `task` as the stream runs each of its tasks: cancelled (task->cancel) when the stream has
+ * failed and runs nothing more, else run, a failure becoming the stream's.  Returns SIM_TASK_AGAIN
+ * (run it again later), SIM_TASK_DONE (run or cancelled) or the task's error.  A model run
+ * (capture.c) runs each of its copies this way. */
+int sim_stream_run_task(sim_stream_t *stream, sim_task_t *task, int64_t deadline_ns);
+/* For a task of `stream` that runs several pieces of work in turn (a model run): whether the
+ * thread running it wants it to stop after the piece just run, and to return SIM_TASK_AGAIN,
+ * where it would stop between two tasks: the stream's worker asked to hand the stream over to a
+ * synchronising thread, or a synchronisation whose end a piece reached (sim_stream_sync_until). */
+bool sim_stream_pause_wanted(sim_stream_t *stream);
+/* A piece of a task has run: threads waiting on the stream look again (sim_stream_sync_until). */
+void sim_stream_progress(sim_stream_t *stream);
 
 /* event.c */
 /* Destroys every event created on `device`, as sim_stream_release_device does its streams. */

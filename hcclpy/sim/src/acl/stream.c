@@ -47,6 +47,12 @@ struct sim_stream {
 
     _Atomic int runner;
     _Atomic uint32_t handover;      /* a synchronising thread asks the worker to hand the stream over */
+    /* What the runner runs the tasks for, set by it (drain) and read by its tasks: a task that runs
+     * several pieces of work in turn (a model run, capture.c) stops between two where the runner
+     * would stop between two tasks (sim_stream_pause_wanted). */
+    bool run_yields;                /* the worker, which hands the stream over when asked */
+    bool (*run_reached)(void *arg); /* a synchronisation that ends once this holds (NULL: none) */
+    void *run_arg;
     _Atomic uint32_t done_word;     /* futex: changes when a task completes or the runner leaves */
     _Atomic uint32_t done_waiters;
 
@@ -228,13 +234,58 @@ void sim_stream_fail_message(sim_stream_t *stream, const char *message)
     record_failure(stream, ACL_ERROR_RT_AICPU_EXCEPTION, message);
 }
 
+/* sim_stream_run_task, inlined in drain's loop (a call there costs each task ~25 instructions). */
+static inline __attribute__((always_inline)) int run_task(sim_stream_t *stream, sim_task_t *task,
+                                                          int64_t deadline_ns)
+{
+    int error = atomic_load(&stream->error);
+    if (error != 0 && (error == ACL_ERROR_RT_STREAM_ABORT ||
+                       atomic_load(&stream->failure_mode) != (int)ACL_CONTINUE_ON_FAILURE)) {
+        if (task->cancel != NULL) {
+            char why[sizeof stream->error_text];
+            pthread_mutex_lock(&stream->lock); /* record_failure writes the text under it */
+            memcpy(why, stream->error_text, sizeof why);
+            pthread_mutex_unlock(&stream->lock);
+            task->cancel(task, atomic_load(&stream->error), why);
+        }
+        return SIM_TASK_DONE;
+    }
+    int rc = task->run(task, deadline_ns);
+    if (rc != SIM_TASK_DONE && rc != SIM_TASK_AGAIN)
+        record_failure(stream, rc, sim_error_text());
+    return rc;
+}
+
+int sim_stream_run_task(sim_stream_t *stream, sim_task_t *task, int64_t deadline_ns)
+{
+    return run_task(stream, task, deadline_ns);
+}
+
+bool sim_stream_pause_wanted(sim_stream_t *stream)
+{
+    return (stream->run_yields && atomic_load(&stream->handover) != 0) ||
+           (stream->run_reached != NULL && stream->run_reached(stream->run_arg));
+}
+
+void sim_stream_progress(sim_stream_t *stream)
+{
+    if (atomic_load(&stream->done_waiters) != 0)
+        wake_waiters(stream);
+}
+
 /* Runs tasks while the stream holds fewer than `target` completions.  Returns
- * SIM_TASK_AGAIN if a task had to wait past `deadline_ns`.  The worker
+ * SIM_TASK_AGAIN if a task had to wait past `deadline_ns` (or a model run stopped
+ * where the runner wanted it to: sim_stream_pause_wanted).  The worker
  * (`yields`) stops between tasks when a synchronising thread asks for the
  * stream, so that thread runs the rest itself instead of being woken once
- * per task. */
-static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool yields)
+ * per task.  A synchronisation that ends once `reached(arg)` holds (when not
+ * NULL) passes it on to the tasks. */
+static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool yields,
+                 bool (*reached)(void *arg), void *arg)
 {
+    stream->run_yields = yields; /* (the stream is this thread's until release_claim) */
+    stream->run_reached = reached;
+    stream->run_arg = arg;
     while (atomic_load(&stream->completed) < target) {
         if (yields && atomic_load(&stream->handover) != 0)
             return SIM_TASK_AGAIN;
@@ -243,23 +294,8 @@ static int drain(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, boo
         pthread_mutex_unlock(&stream->lock);
         if (task == NULL)
             break;
-        int error = atomic_load(&stream->error);
-        if (error != 0 && (error == ACL_ERROR_RT_STREAM_ABORT ||
-                           atomic_load(&stream->failure_mode) != (int)ACL_CONTINUE_ON_FAILURE)) {
-            if (task->cancel != NULL) {
-                char why[sizeof stream->error_text];
-                pthread_mutex_lock(&stream->lock); /* record_failure writes the text under it */
-                memcpy(why, stream->error_text, sizeof why);
-                pthread_mutex_unlock(&stream->lock);
-                task->cancel(task, atomic_load(&stream->error), why);
-            }
-        } else {
-            int rc = task->run(task, deadline_ns);
-            if (rc == SIM_TASK_AGAIN)
-                return SIM_TASK_AGAIN;
-            if (rc != SIM_TASK_DONE)
-                record_failure(stream, rc, sim_error_text());
-        }
+        if (run_task(stream, task, deadline_ns) == SIM_TASK_AGAIN)
+            return SIM_TASK_AGAIN;
         pthread_mutex_lock(&stream->lock);
         stream->head = task->next;
         if (stream->head == NULL)
@@ -284,7 +320,7 @@ static void *worker_main(void *arg)
             int64_t age = stream->head == NULL ? 0 : sim_now_ns() - stream->head->enqueued_ns;
             pthread_mutex_unlock(&stream->lock);
             if (age >= WORKER_GRACE_NS && atomic_load(&stream->handover) == 0 && claim(stream)) {
-                drain(stream, UINT64_MAX, SIM_NO_DEADLINE, true);
+                drain(stream, UINT64_MAX, SIM_NO_DEADLINE, true, NULL, NULL);
                 release_claim(stream);
                 poll = WORKER_POLL_NS; /* work nobody waited for: look often again */
                 continue;
@@ -340,25 +376,26 @@ void sim_stream_start(sim_stream_t *stream, uint64_t place)
     if (atomic_load(&stream->completed) + 1 != place || !claim(stream))
         return;
     if (atomic_load(&stream->completed) + 1 == place) /* still next, now that the stream is ours */
-        drain(stream, place, 0, false);
+        drain(stream, place, 0, false, NULL, NULL);
     release_claim(stream);
 }
 
-/* sim_stream_sync_to; at the deadline, SIM_TASK_AGAIN without an error message when not
- * `reports_timeout`. */
-static int sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool reports_timeout)
+/* sim_stream_sync_until (`reached` may be NULL); at the deadline, SIM_TASK_AGAIN without an
+ * error message when not `reports_timeout`. */
+static int sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool reports_timeout,
+                      bool (*reached)(void *arg), void *arg)
 {
     sim_backoff_t backoff;
     sim_backoff_init(&backoff);
     bool requested = false; /* asked the worker to hand the stream over */
     int rc = ACL_SUCCESS;
     for (;;) {
-        if (atomic_load(&stream->completed) >= target)
+        if (atomic_load(&stream->completed) >= target || (reached != NULL && reached(arg)))
             break;
         if (claim(stream)) {
-            int drained = drain(stream, target, deadline_ns, false);
+            int drained = drain(stream, target, deadline_ns, false, reached, arg);
             release_claim(stream);
-            if (drained == SIM_TASK_AGAIN) {
+            if (drained == SIM_TASK_AGAIN && (reached == NULL || !reached(arg))) {
                 rc = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
                 break;
             }
@@ -377,7 +414,9 @@ static int sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns
             continue;
         uint32_t seen = atomic_load(&stream->done_word);
         atomic_fetch_add(&stream->done_waiters, 1);
-        if (atomic_load(&stream->completed) < target && atomic_load(&stream->runner) != 0)
+        /* (sim_stream_progress wakes it when a model run has run what `reached` waits for) */
+        if (atomic_load(&stream->completed) < target && atomic_load(&stream->runner) != 0 &&
+            (reached == NULL || !reached(arg)))
             sim_futex_wait(&stream->done_word, seen, SIM_MIN(deadline_ns - now, SYNC_SLEEP_SLICE_NS), false);
         atomic_fetch_sub(&stream->done_waiters, 1);
     }
@@ -399,7 +438,13 @@ static int sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns
 
 int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_ns)
 {
-    return sync_until(stream, target, deadline_ns, true);
+    return sync_until(stream, target, deadline_ns, true, NULL, NULL);
+}
+
+int sim_stream_sync_until(sim_stream_t *stream, uint64_t target, int64_t deadline_ns, bool (*reached)(void *arg),
+                          void *arg)
+{
+    return sync_until(stream, target, deadline_ns, true, reached, arg);
 }
 
 /* sim_stream_sync_to with a deadline `timeout_ms` from now.  Most waits find the work done, or
@@ -407,10 +452,10 @@ int sim_stream_sync_to(sim_stream_t *stream, uint64_t target, int64_t deadline_n
  * in slices is the binding's every stream synchronisation). */
 static int sync_within(sim_stream_t *stream, uint64_t target, int32_t timeout_ms)
 {
-    int rc = sync_until(stream, target, 0, false);
+    int rc = sync_until(stream, target, 0, false, NULL, NULL);
     if (rc != SIM_TASK_AGAIN)
         return rc;
-    return sync_until(stream, target, sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS, true);
+    return sync_until(stream, target, sim_now_ns() + (int64_t)timeout_ms * SIM_NS_PER_MS, true, NULL, NULL);
 }
 
 /* ------------------------------------------------------- create / destroy */
@@ -781,19 +826,20 @@ static void free_task(sim_task_t *task)
 }
 
 /* Replay (capture.c) of a task that is all in its own struct of `size` bytes: a copy of it. */
-static int replay_copy_of(const sim_task_t *task, sim_stream_t *stream, size_t size)
+static int replay_copy_of(const sim_task_t *task, size_t size, sim_task_t **copy)
 {
-    sim_task_t *copy = malloc(size);
-    if (copy == NULL)
+    sim_task_t *fresh = malloc(size);
+    if (fresh == NULL)
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying a %s", task->name);
-    memcpy(copy, task, size);
-    sim_stream_enqueue(stream, copy);
+    memcpy(fresh, task, size);
+    fresh->next = NULL;
+    *copy = fresh;
     return ACL_SUCCESS;
 }
 
-static int replay_copy_task(const sim_task_t *task, sim_stream_t *stream)
+static int replay_copy_task(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
-    return replay_copy_of(task, stream, sizeof(copy_task_t));
+    return replay_copy_of(task, sizeof(copy_task_t), copy);
 }
 
 static aclError enqueue_copy_or_set(sim_stream_t *stream, int (*run)(sim_task_t *, int64_t), void *dst,
@@ -878,9 +924,9 @@ static int run_copy_2d(sim_task_t *task, int64_t deadline)
     return SIM_TASK_DONE;
 }
 
-static int replay_copy_2d_task(const sim_task_t *task, sim_stream_t *stream)
+static int replay_copy_2d_task(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
-    return replay_copy_of(task, stream, sizeof(copy_2d_task_t));
+    return replay_copy_of(task, sizeof(copy_2d_task_t), copy);
 }
 
 SIM_EXPORT aclError aclrtMemcpy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -940,9 +986,9 @@ static int run_host_func(sim_task_t *task, int64_t deadline)
     return SIM_TASK_DONE;
 }
 
-static int replay_host_func(const sim_task_t *task, sim_stream_t *stream)
+static int replay_host_func(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
-    return replay_copy_of(task, stream, sizeof(host_func_task_t));
+    return replay_copy_of(task, sizeof(host_func_task_t), copy);
 }
 
 SIM_EXPORT aclError aclrtLaunchHostFunc(aclrtStream handle, aclrtHostFunc fn, void *args)
@@ -1125,18 +1171,19 @@ static void free_callback_task(sim_task_t *task)
     free(cb);
 }
 
-static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
-                               sim_stream_t *stream);
+static aclError new_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                             sim_stream_t *stream, sim_task_t **out);
 
-static int replay_callback(const sim_task_t *task, sim_stream_t *stream)
+static int replay_callback(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
     const callback_task_t *cb = (const callback_task_t *)task;
-    return launch_callback(cb->report->fn, cb->report->user_data,
-                           cb->report->blocking ? ACL_CALLBACK_BLOCK : ACL_CALLBACK_NO_BLOCK, stream);
+    return new_callback(cb->report->fn, cb->report->user_data,
+                        cb->report->blocking ? ACL_CALLBACK_BLOCK : ACL_CALLBACK_NO_BLOCK, stream, copy);
 }
 
-static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
-                               sim_stream_t *stream)
+/* A callback task for `stream` (the thread subscribed to it processes it), not queued. */
+static aclError new_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                             sim_stream_t *stream, sim_task_t **out)
 {
     uint64_t thread = atomic_load(&stream->report_thread);
     if (thread == 0)
@@ -1158,8 +1205,18 @@ static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackB
     task->base.name = "callback";
     task->thread = thread;
     task->report = report;
-    sim_stream_enqueue(stream, &task->base);
+    *out = &task->base;
     return ACL_SUCCESS;
+}
+
+static aclError launch_callback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
+                               sim_stream_t *stream)
+{
+    sim_task_t *task = NULL;
+    aclError err = new_callback(fn, userData, blockType, stream, &task);
+    if (err == ACL_SUCCESS)
+        sim_stream_enqueue(stream, task);
+    return err;
 }
 
 SIM_EXPORT aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,

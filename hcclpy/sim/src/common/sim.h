@@ -200,8 +200,9 @@ typedef struct sim_task sim_task_t;
 typedef struct sim_stream sim_stream_t;
 
 /* A task returns SIM_TASK_DONE, SIM_TASK_AGAIN (it must wait and the caller's
- * deadline has passed: its state is kept and it is resumed later, possibly by
- * another thread), or an aclError code (the stream becomes failed). */
+ * deadline has passed, or, for a model run, the thread running it has what it ran
+ * it for: its state is kept and it is resumed later, possibly by another thread),
+ * or an aclError code (the stream becomes failed). */
 #define SIM_TASK_DONE 0
 #define SIM_TASK_AGAIN (-1)
 
@@ -211,10 +212,12 @@ struct sim_task {
     void (*release)(sim_task_t *task);
     /* Called instead of run() when the stream has already failed with `error` (`why` says how). */
     void (*cancel)(sim_task_t *task, int error, const char *why);
-    /* Stream capture (acl/capture.c) keeps a captured task as it was queued, never run; this
-     * queues a fresh copy of it on `stream`, doing what the call that queued it did then (event
-     * bookkeeping, HCCL sequence numbers).  Returns 0 or an error code (recorded). */
-    int (*replay)(const sim_task_t *task, sim_stream_t *stream);
+    /* Stream capture (acl/capture.c) keeps a captured task as it was queued, never run; at each
+     * execution of the model this makes a fresh copy of it (*copy), doing what the call that
+     * queued it did then for `stream`, the stream the model runs on (event bookkeeping, HCCL
+     * sequence numbers), but queueing nothing: the execution runs the copies in order, as one
+     * task of the stream.  Returns 0 or an error code (recorded; *copy is not set). */
+    int (*replay)(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy);
     const char *name;
     int64_t enqueued_ns; /* set by sim_stream_enqueue */
 };

@@ -164,7 +164,7 @@ static int release_ops(void)
         held_t *entry = t_ops;
         t_ops = entry->next;
         if (entry->op != NULL)
-            hccl_op_submit(entry->op, true);
+            hccl_op_submit(entry->op);
         sim_stream_unref(entry->stream);
         free(entry);
     }

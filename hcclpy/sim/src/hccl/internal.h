@@ -408,9 +408,9 @@ struct op_task {
 
 op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type);
 void hccl_op_free(op_task_t *op);
-/* Assigns sequence numbers and queues the operation on its stream; with `start`, a small
- * collective takes its first steps at once in the calling thread (see ops.c). */
-void hccl_op_submit(op_task_t *op, bool start);
+/* Assigns sequence numbers and queues the operation on its stream; a small collective takes its
+ * first steps at once in the calling thread (see ops.c). */
+void hccl_op_submit(op_task_t *op);
 int hccl_op_run(sim_task_t *task, int64_t caller_deadline_ns);
 /* Whether an HcclCMDType is a collective (matched across ranks by sequence
  * number) rather than point to point. */

@@ -14,7 +14,7 @@ static void release_op(sim_task_t *task)
     hccl_op_free((op_task_t *)task);
 }
 
-static int replay_op(const sim_task_t *task, sim_stream_t *stream);
+static int replay_op(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy);
 
 op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type)
 {
@@ -49,16 +49,26 @@ void hccl_op_free(op_task_t *op)
     free(op);
 }
 
-void hccl_op_submit(op_task_t *op, bool start)
+/* Numbers `op` as its communicator's next operation, under the communicator's lock: its place in
+ * the communicator's order (lseq; operations run in it, whatever their streams) and, for a
+ * collective, its number across ranks (cseq); it is pending until it finishes or is cancelled.
+ * (A point-to-point call took its number, pseq, when it was made.) */
+static inline void number_locked(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    op->lseq = ++comm->next_lseq;
+    if (hccl_cmd_is_collective(op->type))
+        op->cseq = ++comm->next_cseq;
+    atomic_fetch_add(&comm->pending, 1);
+}
+
+void hccl_op_submit(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
     sim_stream_t *stream = op->stream;
     pthread_mutex_lock(&comm->lock);
-    op->lseq = ++comm->next_lseq;
-    if (hccl_cmd_is_collective(op->type))
-        op->cseq = ++comm->next_cseq;
+    number_locked(op);
     bool eager = hccl_op_is_eager(op);
-    atomic_fetch_add(&comm->pending, 1);
     uint64_t place = sim_stream_enqueue(stream, &op->base);
     if (place == 0) {
         /* Captured (acl/capture.c): it runs when the model is executed, numbered then; nothing
@@ -75,14 +85,15 @@ void hccl_op_submit(op_task_t *op, bool start)
     /* A small collective on an idle stream announces itself and posts its data now (and finishes, if
      * the peers are there), instead of when the stream is synchronised: the peers that wait for it go
      * on that much earlier.  The op may already be done and freed: only the stream is used. */
-    if (eager && start)
+    if (eager)
         sim_stream_start(stream, place);
 }
 
-/* Queue on `stream` a fresh copy of a captured operation, numbered as the call that made it
- * would number it now: every rank replays its model's operations in the same order, so the
- * copies match across ranks as the originals would have. */
-static int replay_op(const sim_task_t *task, sim_stream_t *stream)
+/* A fresh copy of a captured operation for an execution of its model on `stream`, numbered as the
+ * call that made it would number it now: every rank executes its model's operations in the same
+ * order, so the copies match across ranks as the originals would have.  The execution runs it
+ * (acl/capture.c): it is not queued here. */
+static int replay_op(const sim_task_t *task, sim_stream_t *stream, sim_task_t **copy)
 {
     const op_task_t *src = (const op_task_t *)task;
     hccl_comm_t *comm = src->comm;
@@ -123,8 +134,11 @@ static int replay_op(const sim_task_t *task, sim_stream_t *stream)
     }
     if (!hccl_cmd_is_collective(op->type))
         op->pseq = atomic_fetch_add(&comm->next_pseq, 1) + 1;
+    pthread_mutex_lock(&comm->lock);
+    number_locked(op);
+    pthread_mutex_unlock(&comm->lock);
     /* One launch of a model runs nothing on the host, as on a device: the stream does it all. */
-    hccl_op_submit(op, false);
+    *copy = &op->base;
     return ACL_SUCCESS;
 }
 
@@ -134,7 +148,7 @@ static int dispatch(op_task_t *op)
         op->pseq = atomic_fetch_add(&op->comm->next_pseq, 1) + 1;
     if (hccl_group_active())
         return hccl_group_add_op(op);
-    hccl_op_submit(op, true);
+    hccl_op_submit(op);
     return HCCL_SUCCESS;
 }
 
