@@ -8,7 +8,12 @@
  * lowest rank of each server makes a root info for its server's communicator and the root relays
  * it to the server's other ranks.  Each rank then joins its server's communicator (shared memory)
  * and connects to every rank of the other servers (the lower rank connects, presenting the token;
- * the higher accepts).  A rank that never comes is named when the connect timeout passes. */
+ * the higher accepts).  A rank that never comes is named when the connect timeout passes.
+ *
+ * Operations.  An operation runs on the thread that runs its stream when that thread waits as long
+ * as it takes, else on the communicator's network thread while the caller waits as long as it may
+ * (exec.c), one at a time, in the communicator's order.  A rank that fails sends its failure to the
+ * ranks it is connected to, between two messages, before it closes its connections. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

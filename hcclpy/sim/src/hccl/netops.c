@@ -4,10 +4,11 @@
  * as its own operations) and TCP transfers with ranks of the other servers (net.c):
  *
  * - all_reduce: when every server has as many ranks (m), reduce_scatter inside the server, each
- *   rank's 1/m slice reduced with the ranks of the same index on the other servers, all_gather
- *   inside (through staging when m does not divide the count); else all_reduce inside, the
- *   servers' lowest ranks reduce the whole and broadcast it inside their servers.  Servers are reduced in server order, so every rank gets the same bits
- *   whatever the sizes (and HCCL_DETERMINISTIC holds).
+ *   rank's 1/m slice reduced with the ranks of the same index on the other servers, all_gather in
+ *   place inside (when m does not divide the count: all_reduce inside, the slices reduced across,
+ *   gathered through staging); on uneven servers, all_reduce inside, the servers' lowest ranks
+ *   reduce the whole and broadcast it inside their servers.  Servers are reduced in server order,
+ *   so every rank gets the same bits whatever the sizes (and HCCL_DETERMINISTIC holds).
  * - broadcast: the root sends to the lowest rank of every other server, which broadcasts inside.
  * - all_gather(_v): gathered inside each server, the servers' blocks exchanged by their lowest
  *   ranks and broadcast inside.
