@@ -92,9 +92,8 @@ def _one_dies(rank: int, size: int, info: bytes, victim: int, how: str) -> str:
     return "no error"
 
 
-# Killed: on either server (rank 1 shares server a with rank 0, which serves nothing; rank 3 is
-# on the other). Silent: waits out the execution timeout, once is enough.
-@pytest.mark.parametrize("how, victim", [("killed", 1), ("killed", 3), ("silent", 3)])
+# A rank of the second server killed, or silent (its peers wait out the execution timeout).
+@pytest.mark.parametrize("how, victim", [("killed", 3), ("silent", 3)])
 def test_a_lost_rank_fails_every_server(how: str, victim: int) -> None:
     outcomes = ranks.run_processes(_one_dies, 4, victim, how, timeout=60, servers=["a", "a", "b", "b"],
                                    env={"HCCL_EXEC_TIMEOUT": "2"}, return_exceptions=True)
@@ -161,10 +160,9 @@ def _reductions(rank: int, size: int, info: bytes, counts: List[int]) -> List[st
     return problems
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_flat_ring_when_hccl_algo_asks(layout: str) -> None:
+def test_flat_ring_when_hccl_algo_asks() -> None:
     # HCCL_ALGO=ring: all_reduce (and what runs through it) as one ring of every rank over TCP.
-    servers = LAYOUTS[layout]
+    servers = LAYOUTS["1+2+3"]
     results = ranks.run_processes(_reductions, len(servers), [0, 1, 5, len(servers) + 1, 100_003], timeout=120,
                                   servers=servers, env={"HCCL_ALGO": "ring"})
     assert results == [[]] * len(servers)
@@ -224,8 +222,7 @@ def _all_reduce_here(rank: int, size: int, info: bytes) -> List[int]:
         comm.destroy()
 
 
-@pytest.mark.parametrize("variable, value", [("HCCL_IF_IP", "127.0.0.1"), ("HCCL_SOCKET_IFNAME", "=lo"),
-                                             ("HCCL_SOCKET_IFNAME", "l")])
+@pytest.mark.parametrize("variable, value", [("HCCL_IF_IP", "127.0.0.1"), ("HCCL_SOCKET_IFNAME", "=lo")])
 def test_the_interface_is_chosen_as_hccl_does(variable: str, value: str) -> None:
     out = ranks.run_processes(_all_reduce_here, 3, timeout=60, servers=["a", "b", "b"], env={variable: value})
     assert out == [[3, 3]] * 3

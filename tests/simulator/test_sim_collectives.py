@@ -15,7 +15,9 @@ import pytest
 import hcclpy.sim
 import sim_runner as runner
 
-MATRIX = [(n, mode) for n in (1, 2, 3, 4, 8) for mode in ("threads", "procs")] + [(4, "mixed")]
+# Eight ranks as processes only: as threads they add time, not paths.
+MATRIX = [(n, mode) for n in (1, 2, 3, 4, 8) for mode in ("threads", "procs") if (n, mode) != (8, "threads")] + [
+    (4, "mixed")]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,9 @@ def test_collectives(collectives, sim_env, nranks, mode):
     runner.check(runner.run(collectives, args, sim_env, timeout=360))
 
 
-STREAMING = [(2, "procs"), (3, "threads")]
+# Three ranks, whose shares do not divide the large cases evenly; the processes' path at these sizes is
+# the threads' (a rank reaches its peers' memory the same way).
+STREAMING = [(3, "threads")]
 
 
 @pytest.mark.timeout(300)

@@ -1442,7 +1442,7 @@ def test_every_function_is_fuzzed() -> None:
     assert set(FUNCTIONS) == declared
 
 
-@settings(max_examples=int(os.environ.get("HCCLPY_FUZZ_EXAMPLES", "300")), deadline=None, derandomize=True,
+@settings(max_examples=int(os.environ.get("HCCLPY_FUZZ_EXAMPLES", "150")), deadline=None, derandomize=True,
           database=None, phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, MASK64))
 @pytest.mark.slow
