@@ -993,8 +993,13 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
             return fail(op, hccl_error(HCCL_E_SUSPENDING, "%s on rank %u of '%s' was stopped by "
                                        "HcclCommSuspend (communicator aborted)", op_label(op).text,
                                        comm->rank, comm->name));
-        if (hccl_comm_broken(comm) != HCCL_SUCCESS)
-            return fail(op, check_health(op));
+        if (hccl_comm_broken(comm) != HCCL_SUCCESS) {
+            /* A peer that broke it may have published, just before, what this rank needs to see
+             * the failure for itself (calls that differ): one more look reports that rather than
+             * a remote failure. */
+            rc = step(op);
+            return fail(op, rc != STEP_DONE && rc != STEP_BLOCKED && rc != STEP_MOVED ? rc : check_health(op));
+        }
         int64_t now = sim_now_ns();
         if (next_health == 0)
             next_health = now + HEALTH_CHECK_NS;
