@@ -304,3 +304,18 @@ def _late_peer(rank: int, size: int, info: bytes) -> List[str]:
 def test_a_wait_with_a_timeout_returns_while_servers_talk() -> None:
     out = ranks.run_processes(_late_peer, 2, timeout=60, servers=["a", "b"], env={"HCCL_EXEC_TIMEOUT": "30"})
     assert out == [["timed out", "[3, 3, 3, 3]"], ["[3, 3, 3, 3]"]]
+
+
+def _join_twice(rank: int, size: int, info: bytes) -> str:
+    hcclpy.Communicator(size, info, rank, device=rank).destroy()
+    try:
+        hcclpy.Communicator(size, info, rank, device=rank)
+    except hcclpy.HcclpyError as exc:
+        return str(exc)
+    return "joined twice"
+
+
+def test_a_root_info_across_servers_serves_one_communicator() -> None:
+    # Its root stopped listening once the communicator formed: a second join fails at once.
+    for text in ranks.run_processes(_join_twice, 2, timeout=60, servers=["a", "b"]):
+        assert "a root info serves one communicator" in text, text

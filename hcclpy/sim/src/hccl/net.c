@@ -160,8 +160,10 @@ static int listen_on(const char *host, uint16_t port, int *fd_out, uint16_t *por
     return HCCL_SUCCESS;
 }
 
-/* Connects to host:port, trying again until `deadline` while nobody listens there yet. */
-static int connect_to(const char *host, uint16_t port, int64_t deadline, const char *what, int *fd_out)
+/* Connects to host:port, trying again until `deadline` while nobody listens there yet (with
+ * `listening`, whoever should is known to listen already: a refusal is final). */
+static int connect_to(const char *host, uint16_t port, int64_t deadline, const char *what, bool listening,
+                      int *fd_out)
 {
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -180,6 +182,10 @@ static int connect_to(const char *host, uint16_t port, int64_t deadline, const c
         }
         int saved = errno;
         close(fd);
+        if (saved == ECONNREFUSED && listening)
+            return hccl_error(HCCL_E_UNAVAIL, "nobody listens for %s at %s:%u any more: its communicator was "
+                              "formed, or failed, or its process exited (a root info serves one communicator)",
+                              what, host, port);
         if (saved != ECONNREFUSED && saved != ETIMEDOUT && saved != ENETUNREACH && saved != EHOSTUNREACH &&
             saved != EAGAIN && saved != EINTR)
             return hccl_error(HCCL_E_TCP_CONNECT, "connecting to %s at %s:%u failed: %s", what, host, port,
@@ -682,7 +688,7 @@ static int connect_servers(hccl_net_t *net, const layout_rank_t *ranks, int list
         }
         char what[64];
         snprintf(what, sizeof what, "rank %u (server '%s')", q, net->server_name[net->server_of[q]]);
-        int err = connect_to(ranks[q].host, ranks[q].port, deadline, what, &net->sock[q]);
+        int err = connect_to(ranks[q].host, ranks[q].port, deadline, what, true, &net->sock[q]);
         if (err == HCCL_SUCCESS)
             err = io_all(net->sock[q], &hello, sizeof hello, true, deadline, what);
         if (err != HCCL_SUCCESS)
@@ -736,7 +742,9 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     hello_t hello = {0};
     int listener = -1, root_fd = -1;
     const char *root_where = "the communicator's root";
-    int err = connect_to(wire->node, (uint16_t)wire->fd, deadline, root_where, &root_fd);
+    /* A root info from HcclGetRootInfo names a root that listens from the start (its `pid` is set);
+     * a rank table's rank 0 may not have started yet. */
+    int err = connect_to(wire->node, (uint16_t)wire->fd, deadline, root_where, wire->pid != 0, &root_fd);
     if (err == HCCL_SUCCESS)
         err = local_address(hello.host, sizeof hello.host, root_fd);
     if (err == HCCL_SUCCESS)
