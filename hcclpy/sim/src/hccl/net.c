@@ -370,6 +370,9 @@ static void *root_main(void *arg)
         /* As a root info of one server: the time left counts from the last rank that came. */
         deadline = sim_now_ns() + connect_timeout_ns();
     }
+    /* Nobody else may join: a rank that comes later is refused at once (connect_to). */
+    close(root->listener);
+    root->listener = -1;
     /* The layout: servers numbered in the order of their lowest rank. */
     uint32_t nservers = 0;
     uint32_t *server_of = status == HCCL_SUCCESS ? calloc(nranks, sizeof *server_of) : NULL;
@@ -423,7 +426,6 @@ static void *root_main(void *arg)
     for (uint32_t r = 0; r < nranks && fds != NULL; r++)
         if (fds[r] >= 0)
             close(fds[r]);
-    close(root->listener);
     free(server_of);
     free(fds);
     free(hellos);
@@ -771,8 +773,14 @@ int hccl_net_init(const char *api, uint32_t nranks, const rootinfo_wire_t *wire,
     }
     /* The root names the ranks that never came when its own timeout passes: a little longer here
      * lets its answer arrive rather than a bare timeout. */
-    if (err == HCCL_SUCCESS)
+    if (err == HCCL_SUCCESS) {
         err = read_layout(net, root_fd, deadline + ROOT_ANSWER_GRACE_NS, &ranks);
+        /* Let in just as the root stopped listening (the communicator formed), and dropped. */
+        if (err == HCCL_E_TCP_TRANSFER && wire->pid != 0)
+            err = hccl_error(HCCL_E_UNAVAIL, "%s stopped listening before it answered: its communicator was "
+                             "formed, or failed, or its process exited (a root info serves one communicator)",
+                             root_where);
+    }
     /* This server's communicator: its lowest rank makes the root info, the root relays it. */
     rootinfo_wire_t local_wire;
     if (err == HCCL_SUCCESS) {
