@@ -408,6 +408,9 @@ struct op_task {
 
 op_task_t *hccl_op_new(hccl_comm_t *comm, sim_stream_t *stream, uint32_t type);
 void hccl_op_free(op_task_t *op);
+/* Numbers an operation as the call that makes it now would, without queueing it (a replay's copy,
+ * a step of an operation across servers): pseq for point to point, then lseq / cseq, pending. */
+void hccl_op_number(op_task_t *op);
 /* Assigns sequence numbers and queues the operation on its stream; a small collective takes its
  * first steps at once in the calling thread (see ops.c). */
 void hccl_op_submit(op_task_t *op);

@@ -102,14 +102,7 @@ static int local_run(const op_task_t *op, op_task_t *sub)
     if (sub == NULL)
         return hccl_error(HCCL_E_MEMORY, "out of host memory");
     hccl_comm_t *local = sub->comm;
-    pthread_mutex_lock(&local->lock);
-    sub->lseq = ++local->next_lseq;
-    if (hccl_cmd_is_collective(sub->type))
-        sub->cseq = ++local->next_cseq;
-    else
-        sub->pseq = atomic_fetch_add(&local->next_pseq, 1) + 1;
-    atomic_fetch_add(&local->pending, 1);
-    pthread_mutex_unlock(&local->lock);
+    hccl_op_number(sub);
     int rc = hccl_op_run(&sub->base, SIM_NO_DEADLINE);
     hccl_op_free(sub);
     if (rc == SIM_TASK_DONE)

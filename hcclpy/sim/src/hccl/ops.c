@@ -62,6 +62,16 @@ static inline void number_locked(op_task_t *op)
     atomic_fetch_add(&comm->pending, 1);
 }
 
+void hccl_op_number(op_task_t *op)
+{
+    hccl_comm_t *comm = op->comm;
+    if (!hccl_cmd_is_collective(op->type))
+        op->pseq = atomic_fetch_add(&comm->next_pseq, 1) + 1;
+    pthread_mutex_lock(&comm->lock);
+    number_locked(op);
+    pthread_mutex_unlock(&comm->lock);
+}
+
 void hccl_op_submit(op_task_t *op)
 {
     hccl_comm_t *comm = op->comm;
@@ -132,11 +142,7 @@ static int replay_op(const sim_task_t *task, sim_stream_t *stream, sim_task_t **
         hccl_op_free(op);
         return sim_error(ACL_ERROR_RT_MEMORY_ALLOCATION, "out of host memory replaying %s", hccl_cmd_name(src->type));
     }
-    if (!hccl_cmd_is_collective(op->type))
-        op->pseq = atomic_fetch_add(&comm->next_pseq, 1) + 1;
-    pthread_mutex_lock(&comm->lock);
-    number_locked(op);
-    pthread_mutex_unlock(&comm->lock);
+    hccl_op_number(op);
     /* One launch of a model runs nothing on the host, as on a device: the stream does it all. */
     *copy = &op->base;
     return ACL_SUCCESS;
