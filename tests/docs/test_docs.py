@@ -58,7 +58,7 @@ FRONT_PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md"]
 CHECKED = FRONT_PAGES + PAGES  # every file whose blocks run
 README_MAX_LINES = 150  # the README is a front door; the site holds the rest
 # .ci/run runs this line; the README shows it as the way to run the tests.
-TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest'
+TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest -n auto --dist loadfile'
 TIMEOUT = 60  # seconds per run; a launcher's own --timeout fires 30 s earlier
 FAST_FAIL = {"HCCL_CONNECT_TIMEOUT": "60", "HCCL_EXEC_TIMEOUT": "60"}
 LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

@@ -168,8 +168,10 @@ _LATE_CALL_SEEN = threading.Event()
 def _late_call(rank: int, size: int, info: bytes, kind: str) -> Dict[str, Any]:
     """Both ranks make one collective and one send/recv pair; then rank 0 alone makes one more
     ``kind`` call, which times out, while rank 1 keeps the communicator until rank 0 has seen it."""
-    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
-        stream = comm.device.create_stream()
+    # The stream is closed before the test ends: a failed stream left open would fail a later
+    # test's device-wide synchronize in this process.
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm, \
+            comm.device.create_stream() as stream:
         x = hcclpy.from_numpy(np.ones(4, np.float32), device=rank)
         comm.all_reduce(x, stream=stream)
         (comm.send if rank == 0 else comm.recv)(x, 1 - rank, stream=stream)
@@ -202,8 +204,8 @@ def test_a_timeout_names_the_operation_by_its_flight_recorder_number(kind: str) 
 
 
 def _both_send_first(rank: int, size: int, info: bytes) -> str:
-    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
-        stream = comm.device.create_stream()
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm, \
+            comm.device.create_stream() as stream:
         x = hcclpy.from_numpy(np.ones(4, np.float32), device=rank)
         comm.send(x, 1 - rank, stream=stream)
         comm.recv(x, 1 - rank, stream=stream)
