@@ -103,8 +103,10 @@ _SECOND_REPLAY_SEEN = threading.Event()
 def _rank_1_replays_once(rank: int, size: int, info: bytes) -> Dict[str, Any]:
     """Both ranks replay a graph of an all_reduce and a host function once; then rank 0 alone
     replays it again, while rank 1 keeps the communicator until rank 0 has seen that fail."""
-    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm:
-        stream = comm.device.create_stream()
+    # The stream is closed before the test ends: a failed stream left open would fail a later
+    # test's device-wide synchronize in this process.
+    with hcclpy.Communicator(size, info, rank, config={"exec_timeout": 1}, device=rank) as comm, \
+            comm.device.create_stream() as stream:
         x = hcclpy.from_numpy(np.ones(N, np.float32), device=rank)
         ran: List[int] = []
         with stream.capture(mode="thread_local") as graph:
