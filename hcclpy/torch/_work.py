@@ -255,15 +255,21 @@ _executor_thread = threading.local()  # running: this thread is an executor's (s
 
 class Executor:
     """Runs tasks one at a time, in submission order, on a thread of its own (started when first
-    needed); a blocking task submitted while the executor is idle runs in the caller's thread."""
+    needed); a blocking task submitted while the executor is idle runs in the caller's thread.
+
+    Two conditions share one lock, so that each wake-up has a reason: the thread waits on
+    ``_queued`` for tasks, :meth:`drain` waits on ``_idle``. A task run in the caller's thread
+    (:meth:`claim` ... :meth:`release`) wakes neither when nothing is queued and nobody drains:
+    waking the idle thread for nothing would cost a thread switch per call."""
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)
+        self._queued = threading.Condition(self._lock)  # a task was queued, or the executor closed
+        self._idle = threading.Condition(self._lock)  # nothing runs: drain() looks again
         self._queue: Deque[Tuple[Callable[[], None], Work]] = collections.deque()
         self._busy = False  # a task is running (here or in the caller's thread)
-        self._waiting = 0  # threads waiting on _ready: a release with none to wake skips notify_all
+        self._draining = 0  # threads in drain(): a task's end with none to tell skips notify_all
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
@@ -278,7 +284,7 @@ class Executor:
             else:
                 self._queue.append((task, work))
                 self._start_thread()
-                self._ready.notify_all()
+                self._queued.notify()
         if inline:
             try:
                 _run(task, work)
@@ -298,17 +304,20 @@ class Executor:
                 while self._busy or not self._queue:
                     if self._closed and not self._queue:
                         return
-                    self._waiting += 1
-                    self._ready.wait(1.0)
-                    self._waiting -= 1
+                    self._queued.wait(1.0)
                 task, work = self._queue.popleft()
                 self._busy = True
             try:
                 _run(task, work)
             finally:
                 with self._lock:
-                    self._busy = False
-                    self._ready.notify_all()
+                    self._finished()
+
+    def _finished(self) -> None:
+        """A task ended (the lock is held): let the next one run, and tell who drains."""
+        self._busy = False
+        if self._draining:
+            self._idle.notify_all()
 
     def claim(self) -> bool:
         """Take the executor for a task the caller runs itself, if nothing runs or waits (False
@@ -321,27 +330,26 @@ class Executor:
 
     def release(self) -> None:
         with self._lock:
-            self._busy = False
-            if self._queue:  # queued by other threads meanwhile
+            self._finished()
+            if self._queue:  # queued by other threads meanwhile, while the executor was claimed
                 self._start_thread()
-            if self._waiting:
-                self._ready.notify_all()
+                self._queued.notify()
 
     def drain(self, timeout: float) -> bool:
         """Wait until every submitted task has run; False if ``timeout`` seconds passed first."""
         with self._lock:
-            self._waiting += 1
+            self._draining += 1
             try:
-                return self._ready.wait_for(lambda: not self._busy and not self._queue, timeout)
+                return self._idle.wait_for(lambda: not self._busy and not self._queue, timeout)
             finally:
-                self._waiting -= 1
+                self._draining -= 1
 
     def close(self, timeout: float) -> None:
         """Run what is queued (for at most ``timeout`` seconds), then stop the thread."""
         self.drain(timeout)
         with self._lock:
             self._closed = True
-            self._ready.notify_all()
+            self._queued.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
