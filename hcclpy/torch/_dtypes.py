@@ -70,24 +70,33 @@ def reduction(reduce_op: Any, tensor_dtype: torch.dtype, operation: str) -> Redu
         For what HCCL cannot do: bitwise reductions, AVG and PREMUL_SUM on integers or bool,
         and tensor types HCCL does not reduce.
     """
-    # The common call: a plan made before, found by the ReduceOp (or bare RedOpType) it was made
-    # for. Both hash by the reduction's type; keys of the caller's own kind keep the look-up to
-    # like comparisons (a ReduceOp compared with a RedOpType costs microseconds).
-    wrapped = type(reduce_op) is _REDUCE_OP
-    plans = _plans if wrapped else _plans_by_type
-    plan = plans.get((reduce_op, tensor_dtype))
+    # The common call: a plan made before. Both a ReduceOp and a bare RedOpType hash to the
+    # reduction's RedOpType value, and that int is the key: comparing two ReduceOps, as a look-up
+    # by the object would each time torch passes a new one, costs about a microsecond.
+    # PREMUL_SUM's plans are never kept (the factor belongs to the call), so its value finds none.
+    key = (hash(reduce_op) if _HASHED_BY_VALUE else int(_kind(reduce_op)), tensor_dtype)
+    plan = _plans.get(key)
     if plan is None:
-        kind = reduce_op.op if wrapped else reduce_op
+        kind = _kind(reduce_op)
         plan = _plan(reduce_op, kind, tensor_dtype, operation)
         if kind != _RED.PREMUL_SUM:  # its factor belongs to the call; the other plans depend on op and dtype only
-            plans[(reduce_op, tensor_dtype)] = plan
+            _plans[key] = plan
     return plan
 
 
-# Plans by (ReduceOp, dtype) and by (RedOpType, dtype): a few dozen entries at most (every
-# reduction of every dtype), made once each.
-_plans: Dict[Tuple[Any, torch.dtype], Reduction] = {}
-_plans_by_type: Dict[Tuple[Any, torch.dtype], Reduction] = {}
+# Plans by (RedOpType value, dtype): a few dozen entries at most (every reduction of every
+# dtype), made once each.
+_plans: Dict[Tuple[int, torch.dtype], Reduction] = {}
+
+
+def _kind(reduce_op: Any) -> Any:
+    """The RedOpType of a ReduceOp, or of a bare RedOpType."""
+    return reduce_op.op if type(reduce_op) is _REDUCE_OP else reduce_op
+
+
+# torch hashes a ReduceOp and a RedOpType to the RedOpType's value; where a release does not, the
+# value is read (slower, the same keys).
+_HASHED_BY_VALUE = all(hash(_REDUCE_OP(kind)) == hash(kind) == int(kind) for kind in _DIRECT if kind != _RED.PREMUL_SUM)
 
 
 def _plan(reduce_op: Any, kind: Any, tensor_dtype: torch.dtype, operation: str) -> Reduction:
