@@ -109,13 +109,6 @@ def _remaining(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(deadline - time.monotonic(), 0.001)
 
 
-def _library_text(bound: Any, code: int) -> Optional[str]:
-    """What the library says of result ``code`` (``HcclGetErrorString``), if it can say."""
-    if not bound.present.get("HcclGetErrorString"):
-        return None
-    return _ffi.string(bound.HcclGetErrorString(code)) or None
-
-
 def _per_operation(items: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     """Per operation type of ``items`` (flight-recorder records): ``count``, ``bytes`` and
     ``average_latency_us`` (None when none was seen complete)."""
@@ -476,12 +469,12 @@ class Communicator(CommCore):
         # libraries report it as such rather than as HCCL_E_REMOTE).
         remote = code[0] == HcclResult.HCCL_E_REMOTE or (code[0] == HcclResult.HCCL_E_SUSPENDING and not self._aborted)
         return communicator_error(int(code[0]), self._name, remote=remote, recent=_ffi._recent_message(bound),
-                                  library_text=_library_text(bound, int(code[0])))
+                                  library_text=_ffi.hccl_text(int(code[0]), bound))
 
     def _abort_error(self, bound: Any) -> HcclError:
         code = int(HcclResult.HCCL_E_SUSPENDING)
         return communicator_error(code, self._name, remote=False, recent="aborted on this rank by abort()",
-                                  library_text=_library_text(bound, code))
+                                  library_text=_ffi.hccl_text(code, bound))
 
     def health(self) -> Dict[str, Any]:
         """What the flight recorder (:mod:`hcclpy.trace`) knows of this rank's operations on the

@@ -44,7 +44,7 @@ def _reported(error: Exception) -> Exception:
 __all__ = [
     "ACL_EVENT_CAPTURE_STREAM_PROGRESS", "ACL_EVENT_IPC", "ACL_EVENT_SYNC", "ACL_EVENT_TIME_LINE", "Api", "LoadedLibrary",
     "SimulatorFallbackWarning", "acl_failure", "api", "check_acl", "check_hccl", "ffi", "has", "hccl_failure",
-    "loaded",
+    "hccl_text", "loaded",
 ]
 
 ffi = cffi.FFI()
@@ -243,14 +243,19 @@ def acl_failure(rc: int, name: str, bound: Optional[Api] = None, context: str = 
     return _reported(acl_error(rc, name, recent=_recent_message(bound or api()), context=context))
 
 
+def hccl_text(rc: int, bound: Optional[Api] = None) -> Optional[str]:
+    """What the library says of HCCL result ``rc`` (``HcclGetErrorString``), if it can say."""
+    bound = bound or api()
+    if not bound.present.get("HcclGetErrorString"):
+        return None
+    return string(bound.HcclGetErrorString(rc)) or None
+
+
 def hccl_failure(rc: int, name: str, context: str = "") -> Exception:
     """The exception for an HCCL call ``name`` that returned ``rc`` (read on the failing thread)."""
     bound = api()
-    library_text = None
-    if bound.present.get("HcclGetErrorString"):
-        text = bound.HcclGetErrorString(rc)
-        library_text = ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else None
-    return _reported(hccl_error(rc, name, library_text=library_text, recent=_recent_message(bound), context=context))
+    return _reported(hccl_error(rc, name, library_text=hccl_text(rc, bound), recent=_recent_message(bound),
+                                context=context))
 
 
 def check_acl(rc: int, name: str, context: str = "") -> None:
