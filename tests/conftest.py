@@ -80,9 +80,19 @@ def compile_c(sim_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Calla
 _FOLDER_MARKERS = {"docs": "docs", "torch_backend": "torch"}
 
 
+# The files that take longest in the full run (minutes each on 2 cores) run first: a parallel run
+# (CI's, one worker per core, a file to a worker) hands files out in this order, and a long file
+# handed out last would leave the other workers idle while it runs.
+_LONGEST_FIRST = ("simulator/test_sim_collectives.py", "torch_backend/test_torch_conformance.py", "docs/test_docs.py",
+                  "operations/test_servers.py", "benchmarks/test_benchmark_scripts.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests = Path(__file__).parent
     for item in items:
         folder = Path(item.path).relative_to(tests).parts[0]
         if folder in _FOLDER_MARKERS:
             item.add_marker(_FOLDER_MARKERS[folder])
+    rank = {name: index for index, name in enumerate(_LONGEST_FIRST)}
+    # (a stable sort: the tests of a file keep their order, and the other files theirs)
+    items.sort(key=lambda item: rank.get(Path(item.path).relative_to(tests).as_posix(), len(rank)))
