@@ -33,10 +33,16 @@ def test_the_granularity_is_2_mib_and_sizes_follow_it(grain: int) -> None:
         hcclpy.PhysicalMemory(grain + 1, device=0)
 
 
+def _free_now(device: hcclpy.Device) -> int:
+    """The device's free memory once what earlier tests left to the collector is gone (it would
+    otherwise count as freed during the test that reads this)."""
+    gc.collect()
+    return device.memory_info()[0]
+
+
 def test_mapped_memory_is_device_memory_for_copies_and_grows_in_place(grain: int) -> None:
     device = hcclpy.Device(0)
-    gc.collect()  # what earlier tests left to the collector goes first: it would count as freed here
-    free_before, _ = device.memory_info()
+    free_before = _free_now(device)
     first, second = hcclpy.PhysicalMemory(grain, device=0), hcclpy.PhysicalMemory(grain, device=0)
     assert free_before - device.memory_info()[0] == 2 * grain  # device memory, as aclrtMalloc's
     space = hcclpy.VirtualRange(16 * grain, device=0)
@@ -128,8 +134,7 @@ def test_unmap_waits_for_the_work_queued_on_the_range(grain: int) -> None:
 
 def test_the_collector_frees_what_was_not_closed(grain: int) -> None:
     device = hcclpy.Device(0)
-    gc.collect()  # what earlier tests left to the collector goes first: it would count as freed here
-    free_before, _ = device.memory_info()
+    free_before = _free_now(device)
     space = hcclpy.VirtualRange(grain, device=0)
     space.map(hcclpy.PhysicalMemory(grain, device=0))
     array = space.array(4)
