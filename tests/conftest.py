@@ -3,6 +3,7 @@ the rank matrix (the same test over threads and processes of 1 to 4 ranks)."""
 
 from __future__ import annotations
 
+import compileall
 import os
 from pathlib import Path
 from typing import Callable, Sequence, Union
@@ -75,6 +76,18 @@ def compile_c(sim_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Calla
         return binary
 
     return compile_c
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Hundreds of tests start Python processes that import hcclpy (ranks, launchers, examples).
+    # Where PYTHONDONTWRITEBYTECODE is set (as on CI's machines) no import leaves its bytecode
+    # behind, and every one of those processes compiled hcclpy's sources again (~0.15 s each).
+    # The bytecode is written once here, by the run's first process (not by xdist's workers),
+    # and read by every process after it: Python reads bytecode whatever that variable says.
+    if not hasattr(config, "workerinput"):
+        tests = Path(__file__).parent
+        for tree in (Path(hcclpy.__file__).parent, tests):
+            compileall.compile_dir(tree, quiet=1)
 
 
 # Folders whose every test carries a marker (the others mark test by test).
