@@ -1,9 +1,10 @@
 """The C ABI layer: the only part of hcclpy that sees cffi.
 
-cffi runs in ABI mode (``ffi.cdef`` + ``ffi.dlopen``): nothing is compiled for the binding itself,
-and the same declarations serve real CANN and the simulator. The libraries are opened on first use
-(:func:`api`), never at import. Everything above this package calls C through the ``api()``
-namespace and turns return codes into exceptions with :func:`check_acl` / :func:`check_hccl`.
+cffi runs in ABI mode (declarations parsed ahead of time by :mod:`._declarations`, libraries opened
+with ``ffi.dlopen``): nothing is compiled for the binding itself, and the same declarations serve
+real CANN and the simulator. The libraries are opened on first use (:func:`api`), never at import.
+Everything above this package calls C through the ``api()`` namespace and turns return codes into
+exceptions with :func:`check_acl` / :func:`check_hccl`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import cffi
 from _cffi_backend import cast as _cast  # cffi's C module: ffi.cast without its Python layer
 
 from .. import profiles
 from ..errors import AclErrorCode, UnsupportedError, acl_error, hccl_error, LibraryNotFoundError
-from . import cdef_acl, cdef_hccl, cdef_hccl_types
+from . import cdef_acl, cdef_hccl
+from ._declarations import ffi
 from ._loader import LoadedLibrary, SimulatorFallbackWarning, open_libraries, simulator_build_info
 
 log = logging.getLogger("hcclpy")
@@ -46,9 +47,6 @@ __all__ = [
     "SimulatorFallbackWarning", "acl_failure", "api", "check_acl", "check_hccl", "ffi", "has", "hccl_failure",
     "hccl_text", "loaded",
 ]
-
-ffi = cffi.FFI()
-ffi.cdef(cdef_acl.TYPES + cdef_hccl_types.TYPES + cdef_acl.FUNCTIONS + cdef_hccl.FUNCTIONS)
 
 # Flag macros of acl_rt.h (cffi cannot declare macros in ABI mode).
 ACL_EVENT_SYNC = 0x1
@@ -98,7 +96,7 @@ def _bind(opened: Any, profile: Optional[profiles.Profile]) -> Api:
                     namespace[name] = getattr(lib, name)
                     present[name] = True
                     break
-                except AttributeError:
+                except (AttributeError, ffi.error):  # (a symbol the library lacks: ffi.error out of line)
                     continue
             else:
                 if name in cdef_acl.REQUIRED or name in cdef_hccl.REQUIRED:

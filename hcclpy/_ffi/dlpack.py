@@ -9,18 +9,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, NamedTuple, Optional, Tuple
 
-import cffi
-
-_ffi = cffi.FFI()
-_ffi.cdef("""
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct {
-    void *data; DLDevice device; int32_t ndim; DLDataType dtype;
-    int64_t *shape; int64_t *strides; uint64_t byte_offset;
-} DLTensor;
-typedef struct { DLTensor dl_tensor; void *manager_ctx; void *deleter; } DLManagedTensor;
-""")
+from ._declarations import ffi as _ffi
 
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p

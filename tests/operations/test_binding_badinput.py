@@ -20,20 +20,13 @@ import pytest
 import hcclpy
 import ranks
 from hcclpy import collectives as C
+from hcclpy._ffi import cdef_dlpack
 from hcclpy.types import ReduceOp
 
 # ------------------------------------------------------------------ foreign buffer objects
 
 _DL = cffi.FFI()
-_DL.cdef("""
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct {
-    void *data; DLDevice device; int32_t ndim; DLDataType dtype;
-    int64_t *shape; int64_t *strides; uint64_t byte_offset;
-} DLTensor;
-typedef struct { DLTensor dl_tensor; void *manager_ctx; void *deleter; } DLManagedTensor;
-""")
+_DL.cdef(cdef_dlpack.TYPES)  # the structs of dlpack.h, as hcclpy declares them
 _CAPSULE_NAME = b"dltensor"
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
