@@ -1,9 +1,9 @@
 """hcclpy's C declarations, parsed once ahead of time.
 
-cffi parses declarations with pycparser, which took about 0.15 s of every ``import hcclpy`` (a
-third of it, in every rank of every job). In cffi's out-of-line ABI mode the parse is done once,
-by :func:`write`, into ``_cdata.py``: a module that loads in a millisecond. Nothing is compiled:
-the libraries are still opened with ``ffi.dlopen``.
+cffi parses declarations with pycparser, which was a large part of every ``import hcclpy``, in
+every rank of every job. In cffi's out-of-line ABI mode the parse is done once, by :func:`write`,
+into ``_cdata.py``: a module that loads in a few milliseconds. Nothing is compiled: the libraries
+are still opened with ``ffi.dlopen``.
 
 The declarations themselves live in the ``cdef_*`` modules. After changing one, regenerate::
 
