@@ -48,10 +48,11 @@ def compile_c(sim_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Calla
 
     It compiles C (or C++) test programs against the simulator's headers and libraries with
     ``-O2 -Wall -Wextra -Werror`` (optimised: the programs check every element of large outputs,
-    which unoptimised code makes the slowest part of the simulator's tests) into a per-session directory and returns the binary's path; the
-    binary finds the libraries through its rpath. ``extra_flags`` go before the sources, so
-    options such as ``-std=c++14`` or ``-x c++`` apply to them. A failed compile raises
-    :class:`hcclpy.sim.SimulatorBuildError` carrying the compiler's command and output.
+    which unoptimised was most of the simulator tests' time) into a per-session directory and
+    returns the binary's path; the binary finds the libraries through its rpath. ``extra_flags``
+    go before the sources, so options such as ``-std=c++14`` or ``-x c++`` apply to them. A failed
+    compile raises :class:`hcclpy.sim.SimulatorBuildError` carrying the compiler's command and
+    output.
     """
     outdir = tmp_path_factory.mktemp("cbin")
 
