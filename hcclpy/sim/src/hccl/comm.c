@@ -948,7 +948,11 @@ static int wait_for_mapped(hccl_comm_t *comm, int64_t deadline)
                 slot_head_t *slot = comm_slot(comm, r);
                 if (atomic_load_explicit(&slot->mapped, memory_order_acquire))
                     continue;
-                if (!sim_process_alive(slot->pid, slot->start_time))
+                /* Its flag is read again once it is seen gone: between the first read and the
+                 * look at its process, it may have mapped, seen every rank done and exited (this
+                 * thread descheduled meanwhile). A rank sets its flag before it can exit. */
+                if (!sim_process_alive(slot->pid, slot->start_time) &&
+                    !atomic_load_explicit(&slot->mapped, memory_order_acquire))
                     return hccl_error(HCCL_E_REMOTE, "rank %u (pid %d) exited during communicator initialisation",
                                       r, (int)slot->pid);
                 if (used < sizeof missing - 16)
