@@ -18,6 +18,7 @@ import pytest
 import hcclpy
 import ranks
 from hcclpy import _ffi
+from hcclpy.rendezvous import free_port
 
 
 def _all_reduce_sum(comm: hcclpy.Communicator, value: Any, dtype: str = "int64") -> np.ndarray:
@@ -280,7 +281,11 @@ def _from_rank_table(rank: int, size: int, info: bytes, path: str, config: Optio
 @pytest.mark.parametrize("servers", [[[0, 1, 2, 3]], [[0, 1], [2, 3]]], ids=["one-server", "two-servers"])
 @pytest.mark.parametrize("config", [None, {"exec_timeout": 20}], ids=["plain", "config"])
 @pytest.mark.timeout(60)
-def test_from_rank_table(tmp_path: Path, servers: List[List[int]], config: Optional[Dict[str, Any]]) -> None:
+def test_from_rank_table(tmp_path: Path, servers: List[List[int]], config: Optional[Dict[str, Any]],
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two servers bootstrap over TCP at HCCL_IF_BASE_PORT: a free one, not the default 60000 that
+    # a test in another worker may be listening on.
+    monkeypatch.setenv("HCCL_IF_BASE_PORT", str(free_port()))
     path = _rank_table(tmp_path / "rank_table.json", servers)
     out = ranks.run_threads(_from_rank_table, 4, str(path), config, timeout=45)
     assert [(o["rank"], o["size"], o["sum"]) for o in out] == [(r, 4, [6, 4]) for r in range(4)]

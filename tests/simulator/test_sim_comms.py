@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import sim_runner as runner
+from hcclpy.rendezvous import free_port
 
 MATRIX = [(n, mode) for n in (1, 2, 3, 4, 8) for mode in ("threads", "procs")] + [(4, "mixed")]
 IDS = [f"{m}-{n}" for n, m in MATRIX]
@@ -25,9 +26,11 @@ def test_subcomm(programs, sim_env, nranks, mode):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("nranks", "mode"), MATRIX, ids=IDS)
 def test_ranktable(programs, sim_env, nranks, mode, tmp_path):
+    # The tables of two servers bootstrap over TCP at HCCL_IF_BASE_PORT: a free one, not the
+    # default 60000 that a test in another worker may be listening on.
     result = runner.run(
         programs["ranktable"], runner.rank_args(nranks, mode), sim_env, timeout=180,
-        extra_env={"TMPDIR": str(tmp_path)},
+        extra_env={"TMPDIR": str(tmp_path), "HCCL_IF_BASE_PORT": str(free_port())},
     )
     runner.check(result)
     assert list(tmp_path.iterdir()) == [], "the program leaves its rank tables behind"
