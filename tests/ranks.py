@@ -225,15 +225,39 @@ def _child_main(fn: Callable[..., Any], rank: int, size: int, info: bytes, args:
 # constructor imports (seconds of CPU a rank, paid once instead).
 TORCH_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "hcclpy.torch"]
 
+# What every rank imports: this module (which imports ml_dtypes: over a second of CPU), and the
+# test module its function comes from, which imports pytest and hypothesis.
+PRELOAD = ["numpy", "hcclpy", "pytest", "hypothesis", "ranks"]
+
 
 def _process_context() -> Any:
-    """Ranks are forked from a fork server that has imported NumPy and hcclpy (which loads no
-    library until asked), and torch when this session uses it: a process that has not touched the
-    runtime, as a spawned one, for a fraction of an interpreter's start. The fork server starts
-    with the first run, after pytest collected (imported) every test module."""
+    """Ranks are forked from a fork server that has imported what they all import (NumPy,
+    hcclpy, which loads no library until asked, this module, and torch when this session uses
+    it): a process that has not touched the runtime, as a spawned one, for a fraction of an
+    interpreter's start. The fork server starts with the first run, after pytest collected
+    (imported) every test module."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["numpy", "hcclpy", "ranks"] + (TORCH_PRELOAD if "torch" in sys.modules else []))
+    context.set_forkserver_preload(PRELOAD + (TORCH_PRELOAD if "torch" in sys.modules else []))
+    _start_fork_server()
     return context
+
+
+def _start_fork_server() -> None:
+    """Start the fork server (once) with this process's ``sys.path``. Python 3.11 and older ignore
+    the path multiprocessing hands the server, and its preload skips a module it cannot import
+    without a word: the tests' own modules were imported again by every rank. The server gets the
+    path as PYTHONPATH for its start only; the ranks run in the test's environment."""
+    from multiprocessing import forkserver
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def run_processes(fn: Callable[..., Any], size: int, *args: Any, timeout: Optional[float] = None,
