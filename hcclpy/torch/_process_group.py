@@ -456,7 +456,8 @@ class ProcessGroupHcclpy(dist.ProcessGroup):
         """A blocking all-reduce of one small dense CPU tensor by a reduction HCCL runs as it is,
         on the short path (:mod:`._small`), when the group has nothing else running or queued;
         None when it does not qualify (the general path then runs it, with the same result)."""
-        if not (isinstance(tensor, torch.Tensor) and _device_type(tensor) == "cpu" and tensor.layout == torch.strided
+        # (is_cpu, not device.type: reading .device makes a torch.device, about a microsecond)
+        if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout == torch.strided
                 and tensor.is_contiguous() and 0 < tensor.nbytes <= SMALL_LIMIT
                 and not tensor.is_conj() and not tensor.is_neg()):
             return None
