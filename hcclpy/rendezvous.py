@@ -419,8 +419,12 @@ def _until_ready(sock: socket.socket, host: str, port: int, rank: int, deadline:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port nothing listened on at ``host`` a moment ago (the kernel's pick); where ``host``
+    is not an address of this machine, a port free on every interface."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
+        try:
+            sock.bind((host, 0))
+        except OSError:  # not an address of this machine: any interface will do
+            sock.bind(("", 0))
         return int(sock.getsockname()[1])
 

@@ -66,7 +66,6 @@ import os
 import secrets
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -74,6 +73,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ..rendezvous import free_port
 from . import _numbers, _output
 
 __all__ = ["EXIT_TIMEOUT", "LAUNCHER", "RankSpec", "add_parser", "free_port", "launch", "next_port",
@@ -293,16 +293,6 @@ def rendezvous_port(spec: RankSpec) -> int:
 def next_port(master_port: int) -> int:
     """The rendezvous port next to ``master_port``: the one after it, or the one before 65535."""
     return master_port + 1 if master_port < 65535 else master_port - 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on at ``host`` right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, 0))
-        except OSError:  # not an address of this machine, or not IPv4: any interface will do
-            sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------- launch

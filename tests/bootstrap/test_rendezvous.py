@@ -592,3 +592,20 @@ def test_no_pickle_or_code_on_the_wire(module: object) -> None:
     code_lines = [line for line in Path(module.__file__).read_text().splitlines()
                   if "pickle" in line and not line.lstrip().startswith(("#", '"')) and "no pickle" not in line]
     assert not code_lines, code_lines
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "192.0.2.1"])  # 192.0.2.1: TEST-NET-1, no machine's address
+def test_free_port_is_free_where_asked_or_on_every_interface(host: str) -> None:
+    if host == "::1" and not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    try:
+        port = free_port(host)
+    except OSError as exc:  # a kernel without IPv6 on loopback
+        pytest.skip(f"cannot bind {host}: {exc}")
+    assert 1024 <= port < 65536
+    # Nothing listens there: the port can be bound again, where asked (or anywhere, for an
+    # address this machine does not have), as the launcher's rendezvous then does.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host if host != "192.0.2.1" else "", port))
