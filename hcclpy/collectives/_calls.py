@@ -53,14 +53,8 @@ def call(comm: CommCore, name: str, args: tuple, buffers: Tuple[Buffer, ...], ro
     code) and ``detail`` (reduce op, root or peer, (op, root), or -1) are what the flight recorder
     shows of it; ``p2p`` numbers it with the point-to-point calls rather than the collectives."""
     c = object.__new__(Call)
-    # One statement a field: a tuple assignment would build and unpack a tuple (twice the time).
-    c.comm = comm
-    c.cfunc = getattr(comm._api, name)
-    c.name = name
-    c.args = args
-    c.buffers = buffers
-    c.roles = roles
-    c.result = result
+    c.comm, c.cfunc, c.name, c.args, c.buffers, c.roles, c.result = (comm, getattr(comm._api, name), name, args,
+                                                                     buffers, roles, result)
     c.host = buffers[0].host if buffers else False
     c.record = (comm._trace_info, name, count, dtype, detail)
     c.seq = comm._trace_p2p if p2p else comm._trace_seq
