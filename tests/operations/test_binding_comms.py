@@ -615,6 +615,49 @@ def test_destroy_with_a_timeout_aborts_work_that_never_ends(on_user_stream: bool
     assert out == [{"destroyed": True}, {"error": "HcclRemoteError", "remote": True}]
 
 
+def _queued_behind_an_abort(rank: int, size: int, info: bytes, directory: str) -> Dict[str, Any]:
+    """Rank 0 queues an all_reduce behind a host function that holds its stream, aborts, lets rank 1
+    start the same all_reduce, then lets its stream reach its own: aborted, it must fail without
+    taking part, and rank 1's must fail too rather than complete with rank 0's half."""
+    comm = hcclpy.Communicator(size, info, rank, device=rank, config={"exec_timeout": 0})
+    aborted, joined = Path(directory) / "aborted", Path(directory) / "joined"
+    stream = comm.device.create_stream()
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not aborted.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        comm.all_reduce(hcclpy.zeros(4, "float32", device=comm.device), stream=stream)
+        joined.write_text("")
+        try:
+            stream.synchronize(timeout=30)
+            error: Any = None
+        except hcclpy.HcclpyError as exc:
+            error = exc
+        comm.destroy(timeout=5)
+        return {"error": type(error).__name__, "remote": isinstance(error, hcclpy.RemoteRankError)}
+    gate = threading.Event()
+    stream.launch_host_func(lambda: gate.wait(60))
+    comm.all_reduce(hcclpy.zeros(4, "float32", device=comm.device), stream=stream)
+    comm.abort()
+    aborted.write_text("")
+    deadline = time.monotonic() + 60
+    while not joined.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # rank 1 waits in its all_reduce
+    gate.set()
+    with pytest.raises(hcclpy.AclError):
+        stream.synchronize(timeout=30)
+    comm.destroy(timeout=5)
+    return {"destroyed": comm.destroyed}
+
+
+@pytest.mark.timeout(150)
+def test_work_a_stream_reaches_after_an_abort_takes_no_part(tmp_path: Path) -> None:
+    out = ranks.run_processes(_queued_behind_an_abort, 2, str(tmp_path), timeout=120)
+    # (rank 1's all_reduce was queued before anything failed: its stream reports the failure)
+    assert out == [{"destroyed": True}, {"error": "AclRemoteError", "remote": True}]
+
+
 _infos: Dict[int, bytes] = {}
 _infos_lock = threading.Lock()
 

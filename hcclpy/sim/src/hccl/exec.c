@@ -981,6 +981,12 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
     backoff.no_spin = comm->oversubscribed;
     int64_t next_health = 0; /* the clock is read once the operation has to wait: most never do */
     for (;;) {
+        /* Before the step: an operation a stream reaches after HcclCommSuspend publishes nothing,
+         * or a peer joining later could complete its half with it while this rank fails. */
+        if (atomic_load(&comm->suspended))
+            return fail(op, hccl_error(HCCL_E_SUSPENDING, "%s on rank %u of '%s' was stopped by "
+                                       "HcclCommSuspend (communicator aborted)", op_label(op).text,
+                                       comm->rank, comm->name));
         uint32_t epoch = atomic_load(&header->epoch); /* read before step() looks at the peers */
         int rc = step(op);
         if (rc == STEP_DONE) {
@@ -989,10 +995,6 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
         }
         if (rc != STEP_BLOCKED)
             return fail(op, rc);
-        if (atomic_load(&comm->suspended))
-            return fail(op, hccl_error(HCCL_E_SUSPENDING, "%s on rank %u of '%s' was stopped by "
-                                       "HcclCommSuspend (communicator aborted)", op_label(op).text,
-                                       comm->rank, comm->name));
         if (hccl_comm_broken(comm) != HCCL_SUCCESS) {
             /* A peer that broke it may have published, just before, what this rank needs to see
              * the failure for itself (calls that differ): one more look reports that rather than
