@@ -83,6 +83,18 @@ def _named(config: Optional[CommConfig], name: str) -> Optional[CommConfig]:
     return named
 
 
+def _create_sub(handle: Any, members: Sequence[int], sub_id: int, rank: int,
+                config: Optional[CommConfig]) -> Tuple[int, Any]:
+    """``HcclCreateSubCommConfig``: the ranks ``members`` of communicator ``handle`` (none: this rank
+    is not one of them) as sub-communicator ``sub_id``, where this rank is ``rank``. Returns the
+    return code and the cell the new handle was written to."""
+    out = _ffi.new("HcclComm *")
+    ranks = _ffi.new("uint32_t[]", list(members)) if members else _ffi.NULL
+    rc = _ffi.api().HcclCreateSubCommConfig(_ffi.new("HcclComm *", handle), len(members), ranks, sub_id, rank,
+                                            (config or CommConfig()).to_c(), out)
+    return rc, out
+
+
 def _warn_not_destroyed(name: str) -> None:
     # Destroying a communicator is collective: the collector must never do it behind the other ranks.
     warnings.warn(f"communicator '{name}' was garbage collected without destroy(); its resources stay until the "
@@ -389,17 +401,11 @@ class Communicator(CommCore):
         handle = self._live_handle()
         self._splits += 1
         member = self._rank in members
-        bound = _ffi.api()
-        if bound.present["HcclCreateSubCommConfig"] and not self._is_sub:
-            parent = _ffi.new("HcclComm *", handle)
-            out = _ffi.new("HcclComm *")
-            c_config = (cfg or CommConfig()).to_c()
+        if _ffi.api().present["HcclCreateSubCommConfig"] and not self._is_sub:
             if member:
-                rc = bound.HcclCreateSubCommConfig(parent, len(members), _ffi.new("uint32_t[]", members),
-                                                   _AUTO_SUB_ID + self._splits, members.index(self._rank), c_config,
-                                                   out)
+                rc, out = _create_sub(handle, members, _AUTO_SUB_ID + self._splits, members.index(self._rank), cfg)
             else:
-                rc = bound.HcclCreateSubCommConfig(parent, 0, _ffi.NULL, _NON_MEMBER, 0, c_config, out)
+                rc, out = _create_sub(handle, [], _NON_MEMBER, 0, cfg)
             # A parent the library cannot split (the simulator's across servers) says so on every rank:
             # they all take the way below together.
             if rc != HcclResult.HCCL_E_NOT_SUPPORT:
@@ -433,16 +439,12 @@ class Communicator(CommCore):
             raise ValueError(f"ranks={members!r} must include this rank ({self._rank}) when sub_id is given: "
                              "only members call a split by id")
         handle = self._live_handle()
-        bound = _ffi.api()
-        if not bound.present["HcclCreateSubCommConfig"] or self._is_sub:
+        if not _ffi.api().present["HcclCreateSubCommConfig"] or self._is_sub:
             raise UnsupportedError(
                 f"splitting '{self._name}' by sub_id needs HcclCreateSubCommConfig and a parent that is not a "
                 f"sub-communicator ({'it is one' if self._is_sub else 'this CANN lacks the function'}); "
                 "split without sub_id, collectively over the parent")
-        out = _ffi.new("HcclComm *")
-        rc = bound.HcclCreateSubCommConfig(_ffi.new("HcclComm *", handle), len(members),
-                                           _ffi.new("uint32_t[]", members), int(sub_id), members.index(self._rank),
-                                           (cfg or CommConfig()).to_c(), out)
+        rc, out = _create_sub(handle, members, int(sub_id), members.index(self._rank), cfg)
         if rc == HcclResult.HCCL_E_NOT_SUPPORT:
             raise UnsupportedError(f"splitting '{self._name}' by sub_id: {_ffi.hccl_failure(rc, 'HcclCreateSubCommConfig')}"
                                    "; split without sub_id, collectively over the parent")
