@@ -243,8 +243,8 @@ def _process_context() -> Any:
 
 
 def _start_fork_server() -> None:
-    """Start the fork server (once) with this process's ``sys.path``. Python 3.11 and older ignore
-    the path multiprocessing hands the server, and its preload skips a module it cannot import
+    """Start the fork server (once) with this process's ``sys.path``. Python 3.11's fork server
+    ignores the path multiprocessing hands it, and its preload skips a module it cannot import
     without a word: the tests' own modules were imported again by every rank. The server gets the
     path as PYTHONPATH for its start only; the ranks run in the test's environment."""
     from multiprocessing import forkserver
