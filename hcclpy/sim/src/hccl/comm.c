@@ -1962,6 +1962,12 @@ HCCL_API HcclResult HcclCommSuspend(HcclComm handle)
         return err;
     atomic_store(&comm->suspended, true);
     atomic_store(&comm_slot(comm, comm->rank)->suspended, 1);
+    /* Work queued here can only fail now (exec.c): the communicator is broken from this moment, on
+     * every rank, not from when a stream's worker notices, so that a peer's operation begun after
+     * the suspension is refused rather than completed with what this rank had published. */
+    if (atomic_load(&comm->pending) > 0)
+        hccl_comm_abort(comm, HCCL_E_SUSPENDING, "work in flight on rank %u of '%s' was stopped by HcclCommSuspend "
+                        "(communicator aborted)", comm->rank, comm->name);
     hccl_wake(comm); /* operations asleep in a wait, here and on the other ranks, notice at once */
     hccl_comm_unref(comm);
     return HCCL_SUCCESS;
