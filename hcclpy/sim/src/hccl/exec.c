@@ -995,6 +995,8 @@ static int run_op(op_task_t *op, int64_t caller_deadline_ns, bool *announced)
         }
         if (rc != STEP_BLOCKED)
             return fail(op, rc);
+        if (atomic_load(&comm->suspended))
+            continue; /* reported at the top, as this rank's suspension (it broke the communicator too) */
         if (hccl_comm_broken(comm) != HCCL_SUCCESS) {
             /* A peer that broke it may have published, just before, what this rank needs to see
              * the failure for itself (calls that differ): one more look reports that rather than
